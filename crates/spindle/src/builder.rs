@@ -1,0 +1,85 @@
+//! [`Builder`]: spawn a fiber with a name or its own stack size.
+
+use std::io;
+
+use crate::fiber::JoinHandle;
+use crate::runtime::{current_or_panic, spawn_on, spawn_pinned, Runtime};
+
+/// Configures a fiber before spawning it, like `std::thread::Builder`.
+///
+/// ```
+/// spindle::run(|| {
+///     let h = spindle::Builder::new()
+///         .name("worker")
+///         .stack_size(64 << 10)
+///         .spawn(|| spindle::current().unwrap().name().map(str::to_owned))
+///         .expect("stack available");
+///     assert_eq!(h.join().unwrap().as_deref(), Some("worker"));
+/// });
+/// ```
+#[derive(Debug, Default, Clone)]
+pub struct Builder {
+    name: Option<String>,
+    stack_size: Option<usize>,
+}
+
+impl Builder {
+    /// A builder with the runtime's defaults.
+    pub fn new() -> Builder {
+        Builder::default()
+    }
+
+    /// Names the fiber; the name shows in [`Fiber::name`](crate::Fiber::name)
+    /// and in stack-overflow reports.
+    pub fn name(mut self, name: impl Into<String>) -> Builder {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Usable stack size for this fiber (rounded up to whole pages, at least
+    /// 16 KiB), instead of the runtime's.
+    pub fn stack_size(mut self, bytes: usize) -> Builder {
+        self.stack_size = Some(bytes);
+        self
+    }
+
+    /// Spawns on the current fiber's runtime.
+    ///
+    /// Returns the error if the fiber's stack cannot be had; the message
+    /// names the limit (`vm.max_map_count`, `RLIMIT_AS`, memory) and how
+    /// many fibers are live.
+    ///
+    /// # Panics
+    ///
+    /// Outside a spindle fiber (use [`spawn_on`](Self::spawn_on) there).
+    pub fn spawn<F, T>(self, f: F) -> io::Result<JoinHandle<T>>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let sched = current_or_panic("spindle::Builder::spawn");
+        spawn_on(&sched, self.name, self.stack_size, f)
+    }
+
+    /// Spawns on `rt`, from any thread.
+    pub fn spawn_on<F, T>(self, rt: &Runtime, f: F) -> io::Result<JoinHandle<T>>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        spawn_on(rt.scheduler(), self.name, self.stack_size, f)
+    }
+
+    /// Spawns a `!Send` closure pinned to the calling fiber's worker.
+    ///
+    /// # Panics
+    ///
+    /// Outside a spindle fiber.
+    pub fn spawn_local<F, T>(self, f: F) -> io::Result<JoinHandle<T>>
+    where
+        F: FnOnce() -> T + 'static,
+        T: 'static,
+    {
+        spawn_pinned(self.name, self.stack_size, f)
+    }
+}

@@ -1,0 +1,635 @@
+//! Fibers: the unit of concurrency — a stack, a saved context, and the
+//! handle users hold.
+//!
+//! # What a fiber is
+//!
+//! One heap allocation, [`FiberCore`]: a [`FiberHeader`] that the scheduler
+//! and every waker use (id, name, owner worker, park token, lifecycle state,
+//! the saved context) followed by the type-erased body — the closure before
+//! the fiber runs and its result after. `Arc<FiberCore<dyn Task>>`
+//! ([`FiberRef`]) is what run queues, wait lists and handles hold.
+//!
+//! # Lifecycle (`FiberHeader::state`)
+//!
+//! ```text
+//!   spawned ──first run──▶ STARTED ──returns/panics──▶ COMPLETE
+//!      └──────runtime stopped before it ran──────────▶ COMPLETE (no result)
+//! ```
+//!
+//! `JOIN_WAITER` is set by a joiner after it stored its waiter in
+//! `join_waiter`; the completer that flips `COMPLETE` and sees the bit wakes
+//! it. The cell is written only while the bit is clear and read only after
+//! `COMPLETE`, so it needs no lock.
+//!
+//! # The park token (`FiberHeader::park`)
+//!
+//! std's semantics: `unpark` makes a token available, `park` consumes it or
+//! waits for it. Three values, `EMPTY`, `NOTIFIED`, `PARKED`:
+//!
+//! * `park` consumes `NOTIFIED` if present and returns. Otherwise it switches
+//!   to its worker with [`Switch::Park`]; only *after* the switch — the
+//!   fiber's registers saved — does the worker flip `EMPTY → PARKED`. If an
+//!   `unpark` slipped in (`NOTIFIED`), the flip fails and the worker requeues
+//!   the fiber at once. This is the no-lost-wakeup rule: a parked fiber can be
+//!   made runnable only once its context is saved.
+//! * `unpark` swaps in `NOTIFIED`; if it took `PARKED`, it is the one waker
+//!   that schedules the fiber (onto its own worker, see `sched`).
+//!
+//! # Where a fiber runs
+//!
+//! A fiber is started by whichever worker dequeues it first (idle workers
+//! steal spawned-but-unstarted fibers) and never moves after that: its
+//! thread-locals and `!Send` locals stay on one thread. Migration of started
+//! fibers is left out; see the crate docs.
+
+mod context;
+pub(crate) mod overflow;
+pub(crate) mod stack;
+
+use std::any::Any;
+use std::cell::{Cell, UnsafeCell};
+use std::fmt;
+use std::marker::PhantomData;
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+pub(crate) use context::{Context, Switch};
+use stack::{Reservation, SizeClass};
+
+use crate::sched::{park::Waiter, Scheduler};
+
+/// `Arc` to a type-erased fiber: what queues, waiters and handles hold.
+pub(crate) type FiberRef = Arc<FiberCore<dyn Task>>;
+
+/// A fiber's header followed by its body.
+pub(crate) struct FiberCore<B: ?Sized> {
+    pub(crate) header: FiberHeader,
+    pub(crate) body: B,
+}
+
+/// Lifecycle bits of [`FiberHeader::state`].
+pub(crate) mod state {
+    /// The fiber has been resumed at least once.
+    pub(crate) const STARTED: u8 = 1;
+    /// Finished: returned, panicked, or stopped; `join` may read the result.
+    pub(crate) const COMPLETE: u8 = 2;
+    /// A joiner stored its waiter in `join_waiter`.
+    pub(crate) const JOIN_WAITER: u8 = 4;
+    /// Stopped by runtime shutdown (unwound or never started).
+    pub(crate) const STOPPED: u8 = 8;
+}
+
+const EMPTY: u8 = 0;
+const NOTIFIED: u8 = 1;
+const PARKED: u8 = 2;
+
+/// Worker index meaning "not started, not pinned: any worker may run it".
+pub(crate) const NO_OWNER: usize = usize::MAX;
+
+/// The part of a fiber the scheduler and wakers see.
+pub(crate) struct FiberHeader {
+    pub(crate) id: u64,
+    pub(crate) name: Option<Box<str>>,
+    pub(crate) sched: Arc<Scheduler>,
+    /// Worker that runs (or will run) this fiber; [`NO_OWNER`] before the
+    /// first run unless pinned by `spawn_local`.
+    pub(crate) owner: AtomicUsize,
+    park: AtomicU8,
+    state: AtomicU8,
+    join_waiter: UnsafeCell<Option<Waiter>>,
+    /// Stack class chosen at spawn and the claim on it, taken at first run.
+    pub(crate) stack_class: &'static SizeClass,
+    reservation: UnsafeCell<Option<Reservation>>,
+    /// The saved context; `Some` from the first run until completion.
+    context: UnsafeCell<Option<Context>>,
+    /// Guard page and usable size of the stack, for the overflow report.
+    guard_start: AtomicUsize,
+    guard_len: AtomicUsize,
+    /// Index in the owner worker's table of live fibers.
+    pub(crate) slot: Cell<usize>,
+    /// This fiber's `corosensei::Yielder`, set at its first run.
+    yielder: Cell<*const ()>,
+}
+
+// SAFETY: the `UnsafeCell`/`Cell` fields are each touched under a protocol
+// documented at their use: `context`, `reservation` and `slot` only by the
+// owner worker thread while it runs or retires the fiber; `join_waiter` by
+// the joiner before it sets JOIN_WAITER and by the completer after COMPLETE.
+unsafe impl Sync for FiberHeader {}
+// SAFETY: as above; the context is only resumed on its owner worker, which
+// `sched` guarantees by never giving a started fiber to another worker.
+unsafe impl Send for FiberHeader {}
+
+impl FiberHeader {
+    pub(crate) fn new(
+        id: u64,
+        name: Option<Box<str>>,
+        sched: Arc<Scheduler>,
+        owner: usize,
+        reservation: Reservation,
+    ) -> FiberHeader {
+        FiberHeader {
+            id,
+            name,
+            sched,
+            owner: AtomicUsize::new(owner),
+            park: AtomicU8::new(EMPTY),
+            state: AtomicU8::new(0),
+            join_waiter: UnsafeCell::new(None),
+            stack_class: reservation.class(),
+            reservation: UnsafeCell::new(Some(reservation)),
+            context: UnsafeCell::new(None),
+            guard_start: AtomicUsize::new(0),
+            guard_len: AtomicUsize::new(0),
+            slot: Cell::new(usize::MAX),
+            yielder: Cell::new(std::ptr::null()),
+        }
+    }
+
+    pub(crate) fn state(&self) -> u8 {
+        self.state.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn is_started(&self) -> bool {
+        self.state() & state::STARTED != 0
+    }
+
+    /// Guard start, guard length and usable stack size (zeros before the
+    /// first run). Read by the overflow handler.
+    pub(crate) fn guard(&self) -> (usize, usize, usize) {
+        (
+            self.guard_start.load(Ordering::Relaxed),
+            self.guard_len.load(Ordering::Relaxed),
+            self.stack_class.stack_size,
+        )
+    }
+
+    /// Takes the park token if present.
+    fn take_token(&self) -> bool {
+        self.park
+            .compare_exchange(NOTIFIED, EMPTY, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Called by the worker after the fiber switched out with
+    /// [`Switch::Park`]. Returns false if a token arrived meanwhile and the
+    /// fiber must be requeued instead.
+    pub(crate) fn finish_park(&self) -> bool {
+        self.park
+            .compare_exchange(EMPTY, PARKED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Makes the token available; true if the caller must schedule the fiber.
+    pub(crate) fn notify(&self) -> bool {
+        self.park.swap(NOTIFIED, Ordering::AcqRel) == PARKED
+    }
+
+    /// Marks the fiber finished and wakes its joiner, if any.
+    pub(crate) fn complete(&self, stopped: bool) {
+        let bits = state::COMPLETE | if stopped { state::STOPPED } else { 0 };
+        let prev = self.state.fetch_or(bits, Ordering::AcqRel);
+        if prev & state::JOIN_WAITER != 0 {
+            // SAFETY: JOIN_WAITER was set, so the joiner finished writing the
+            // cell and will not touch it again; COMPLETE is now set, so no
+            // other completer exists.
+            if let Some(waiter) = unsafe { (*self.join_waiter.get()).take() } {
+                waiter.wake();
+            }
+        }
+    }
+
+    fn mark_started(&self) {
+        self.state.fetch_or(state::STARTED, Ordering::AcqRel);
+    }
+}
+
+/// The type-erased body of a fiber.
+pub(crate) trait Task: Send + Sync + 'static {
+    /// Runs the closure, catching a panic into the result. Called once, on
+    /// the fiber's own stack. A forced unwind (runtime shutdown) is re-raised
+    /// so the context switch can finish it.
+    fn run(&self, header: &FiberHeader);
+    /// Drops the closure without running it.
+    fn discard(&self);
+    /// `*mut Option<std::thread::Result<T>>` for the body's `T`.
+    fn result_slot(&self) -> *mut ();
+}
+
+/// Closure and result of a fiber returning `T`.
+pub(crate) struct TaskBody<F, T> {
+    f: UnsafeCell<Option<F>>,
+    result: UnsafeCell<Option<std::thread::Result<T>>>,
+}
+
+impl<F, T> TaskBody<F, T> {
+    pub(crate) fn new(f: F) -> TaskBody<F, T> {
+        TaskBody {
+            f: UnsafeCell::new(Some(f)),
+            result: UnsafeCell::new(None),
+        }
+    }
+}
+
+// SAFETY: `f` is taken exactly once by the worker that runs the fiber (or
+// discards it), `result` is written by that worker before COMPLETE is
+// published (Release) and read by the joiner after observing it (Acquire).
+// For `spawn_local` bodies that are not `Send`, the fiber is pinned to the
+// worker that spawned it, so `f` never leaves that thread; the result type
+// is `Send`-checked by `JoinHandle`'s own `Send` impl.
+unsafe impl<F, T> Sync for TaskBody<F, T> {}
+// SAFETY: see above.
+unsafe impl<F, T> Send for TaskBody<F, T> {}
+
+impl<F, T> Task for TaskBody<F, T>
+where
+    F: FnOnce() -> T + 'static,
+    T: 'static,
+{
+    fn run(&self, header: &FiberHeader) {
+        // SAFETY: called once by the owner worker (see the Sync impl).
+        let f = unsafe { (*self.f.get()).take() }.expect("fiber body run twice");
+        let result = panic::catch_unwind(AssertUnwindSafe(f));
+        if let Err(payload) = result {
+            if header.state() & state::STOPPED != 0 {
+                // Runtime shutdown unwinding this stack: let it finish.
+                panic::resume_unwind(payload);
+            }
+            // SAFETY: as above; COMPLETE is published after this returns.
+            unsafe { *self.result.get() = Some(Err(payload)) };
+        } else if let Ok(value) = result {
+            // SAFETY: as above.
+            unsafe { *self.result.get() = Some(Ok(value)) };
+        }
+    }
+
+    fn discard(&self) {
+        // SAFETY: called by the single owner of an unstarted fiber.
+        drop(unsafe { (*self.f.get()).take() });
+    }
+
+    fn result_slot(&self) -> *mut () {
+        self.result.get().cast()
+    }
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Allocates a fiber (not yet queued). `owner` pins it (`spawn_local`).
+pub(crate) fn new_fiber<F, T>(
+    f: F,
+    name: Option<String>,
+    sched: Arc<Scheduler>,
+    owner: usize,
+    reservation: Reservation,
+) -> (FiberRef, JoinHandle<T>)
+where
+    F: FnOnce() -> T + 'static,
+    T: 'static,
+{
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    let core: Arc<FiberCore<TaskBody<F, T>>> = Arc::new(FiberCore {
+        header: FiberHeader::new(
+            id,
+            name.map(String::into_boxed_str),
+            sched,
+            owner,
+            reservation,
+        ),
+        body: TaskBody::new(f),
+    });
+    let fiber: FiberRef = core;
+    let handle = JoinHandle {
+        fiber: Fiber {
+            core: fiber.clone(),
+        },
+        _result: PhantomData,
+    };
+    (fiber, handle)
+}
+
+// ---------------------------------------------------------------------------
+// Running a fiber (called by the owner worker only).
+
+thread_local! {
+    /// Header of the fiber running on this thread, for the overflow handler.
+    static RUNNING: Cell<*const FiberHeader> = const { Cell::new(std::ptr::null()) };
+}
+
+pub(crate) fn running_header() -> *const FiberHeader {
+    RUNNING.with(|r| r.get())
+}
+
+/// What became of a fiber when it switched back to its worker.
+pub(crate) enum Outcome {
+    Yielded,
+    Parked,
+    /// The body returned or panicked; the stack is handed back (none if
+    /// the fiber could not get one).
+    Finished(Option<stack::FiberStack>),
+}
+
+/// Resumes `fiber` on the calling worker until it switches back.
+///
+/// # Safety
+///
+/// Must be called by the fiber's owner worker (or, for an unstarted fiber,
+/// the worker that just became its owner), never concurrently with itself
+/// for the same fiber, and not from inside a fiber.
+pub(crate) unsafe fn resume(fiber: &FiberRef, pool: &mut stack::StackPool) -> Outcome {
+    let header = &fiber.header;
+    // SAFETY: the caller is the owner worker; nobody else touches `context`.
+    let context = unsafe { &mut *header.context.get() };
+    if context.is_none() {
+        // SAFETY: first run by the owner: `reservation` is ours to take.
+        let reservation = unsafe { (*header.reservation.get()).take() }
+            .expect("an unstarted fiber holds its stack reservation");
+        let stack = match header.stack_class.take(reservation, pool) {
+            Ok(stack) => stack,
+            Err(e) => {
+                // The reservation promised a slot; only a guard install can
+                // fail here. Loud, and the fiber ends as if it panicked.
+                let msg = format!(
+                    "spindle: fiber {} could not get its stack at first run: {e}",
+                    header.id
+                );
+                eprintln!("{msg}");
+                fiber.body.discard();
+                return Outcome::Finished(None);
+            }
+        };
+        header
+            .guard_start
+            .store(stack.guard_start(), Ordering::Relaxed);
+        header.guard_len.store(stack.guard_len(), Ordering::Relaxed);
+        debug_assert_eq!(stack.usable_size(), header.stack_class.stack_size);
+        let body: *const FiberCore<dyn Task> = Arc::as_ptr(fiber);
+        *context = Some(Context::new(stack, body));
+        header.mark_started();
+    }
+    let prev = RUNNING.with(|r| r.replace(header));
+    let result = context.as_mut().expect("context present").resume();
+    RUNNING.with(|r| r.set(prev));
+    match result {
+        Some(Switch::Yield) => Outcome::Yielded,
+        Some(Switch::Park) => Outcome::Parked,
+        None => Outcome::Finished(Some(
+            context.take().expect("context present").into_stack(),
+        )),
+    }
+}
+
+/// Unwinds a started fiber's stack on its owner worker (runtime shutdown):
+/// its destructors run, its stack is handed back.
+///
+/// # Safety
+///
+/// Same contract as [`resume`]; the fiber must not be queued or running.
+pub(crate) unsafe fn stop(fiber: &FiberRef) -> Option<stack::FiberStack> {
+    let header = &fiber.header;
+    header.state.fetch_or(state::STOPPED, Ordering::AcqRel);
+    // SAFETY: owner worker, fiber neither queued nor running (caller).
+    let context = unsafe { &mut *header.context.get() };
+    let prev = RUNNING.with(|r| r.replace(header));
+    let stack = context.take().map(|mut c| {
+        c.unwind();
+        c.into_stack()
+    });
+    RUNNING.with(|r| r.set(prev));
+    stack
+}
+
+/// Drops a fiber that never ran (runtime shutdown): its closure, its stack
+/// reservation; its joiner sees it cancelled.
+pub(crate) fn discard_unstarted(fiber: &FiberRef) {
+    let header = &fiber.header;
+    header.state.fetch_or(state::STOPPED, Ordering::AcqRel);
+    fiber.body.discard();
+    // SAFETY: the caller took the fiber's only queue entry, so it is the
+    // fiber's single owner and nobody else touches the reservation.
+    drop(unsafe { (*header.reservation.get()).take() });
+    header.complete(true);
+}
+
+/// Called on the fiber's own stack as its entry point.
+pub(crate) fn enter(fiber: &FiberCore<dyn Task>) {
+    fiber.body.run(&fiber.header);
+}
+
+/// Suspends the running fiber with `switch`. Must run on a fiber.
+pub(crate) fn suspend(switch: Switch) {
+    context::suspend_running(switch);
+}
+
+/// Parks the running fiber until its token is available (std semantics).
+pub(crate) fn park_running() {
+    let header = running_header();
+    debug_assert!(!header.is_null());
+    // SAFETY: the running fiber's header lives while it runs.
+    let header = unsafe { &*header };
+    if header.take_token() {
+        return;
+    }
+    suspend(Switch::Park);
+    // Woken: consume the token that woke us.
+    header.park.store(EMPTY, Ordering::Release);
+}
+
+// ---------------------------------------------------------------------------
+// Public handles.
+
+/// A handle to a fiber: its identity, and a way to wake it.
+///
+/// Obtained from [`current`](crate::current) or [`JoinHandle::fiber`].
+///
+/// ```
+/// spindle::run(|| {
+///     let me = spindle::current().expect("on a fiber");
+///     me.unpark();          // the token is kept...
+///     spindle::park();      // ...so this returns at once
+///     assert!(me.id() > 0);
+/// });
+/// ```
+#[derive(Clone)]
+pub struct Fiber {
+    pub(crate) core: FiberRef,
+}
+
+impl Fiber {
+    /// A process-wide unique id, never reused.
+    pub fn id(&self) -> u64 {
+        self.core.header.id
+    }
+
+    /// The name given with [`Builder::name`](crate::Builder::name).
+    pub fn name(&self) -> Option<&str> {
+        self.core.header.name.as_deref()
+    }
+
+    /// Makes the fiber's park token available, waking it if it is parked
+    /// in [`park`](crate::park). An unpark before the park is not lost.
+    /// Callable from any thread.
+    pub fn unpark(&self) {
+        if self.core.header.notify() {
+            crate::sched::schedule(self.core.clone());
+        }
+    }
+}
+
+impl fmt::Debug for Fiber {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fiber")
+            .field("id", &self.id())
+            .field("name", &self.name())
+            .finish()
+    }
+}
+
+/// Why [`JoinHandle::join`] has no value: the fiber panicked, or it was
+/// stopped (runtime shutdown) before it could finish.
+pub struct JoinError {
+    repr: JoinErrorRepr,
+}
+
+enum JoinErrorRepr {
+    Panic(Box<dyn Any + Send + 'static>),
+    Cancelled,
+}
+
+impl JoinError {
+    /// The fiber panicked.
+    pub fn is_panic(&self) -> bool {
+        matches!(self.repr, JoinErrorRepr::Panic(_))
+    }
+
+    /// The fiber was stopped before it finished (for now: by runtime
+    /// shutdown, either before it started or while it waited).
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self.repr, JoinErrorRepr::Cancelled)
+    }
+
+    /// The panic payload, to re-raise with `std::panic::resume_unwind`.
+    ///
+    /// # Panics
+    ///
+    /// If the fiber did not panic; check [`is_panic`](Self::is_panic).
+    pub fn into_panic(self) -> Box<dyn Any + Send + 'static> {
+        match self.repr {
+            JoinErrorRepr::Panic(p) => p,
+            JoinErrorRepr::Cancelled => panic!("JoinError::into_panic on a cancelled fiber"),
+        }
+    }
+}
+
+impl fmt::Debug for JoinError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.repr {
+            JoinErrorRepr::Panic(p) => {
+                let msg = p
+                    .downcast_ref::<&str>()
+                    .copied()
+                    .or_else(|| p.downcast_ref::<String>().map(String::as_str))
+                    .unwrap_or("<non-string payload>");
+                write!(f, "JoinError::Panic({msg:?})")
+            }
+            JoinErrorRepr::Cancelled => f.write_str("JoinError::Cancelled"),
+        }
+    }
+}
+
+impl fmt::Display for JoinError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.repr {
+            JoinErrorRepr::Panic(_) => f.write_str("fiber panicked"),
+            JoinErrorRepr::Cancelled => f.write_str("fiber was cancelled"),
+        }
+    }
+}
+
+impl std::error::Error for JoinError {}
+
+/// An owned permission to wait for a fiber and take its result.
+///
+/// Dropping it detaches the fiber (it keeps running).
+///
+/// ```
+/// spindle::run(|| {
+///     let h = spindle::spawn(|| 40 + 2);
+///     assert_eq!(h.join().unwrap(), 42);
+/// });
+/// ```
+pub struct JoinHandle<T> {
+    fiber: Fiber,
+    _result: PhantomData<T>,
+}
+
+// SAFETY: the handle only moves a `T` out of the fiber's result slot, so it
+// may cross threads exactly when `T` may.
+unsafe impl<T: Send> Send for JoinHandle<T> {}
+// SAFETY: `&JoinHandle` gives access to the `Fiber` (Sync) only.
+unsafe impl<T: Send> Sync for JoinHandle<T> {}
+
+impl<T> JoinHandle<T> {
+    /// Waits for the fiber to finish and returns its value.
+    ///
+    /// On a fiber this parks the fiber; on a plain thread it blocks the
+    /// thread.
+    pub fn join(self) -> Result<T, JoinError> {
+        let header = &self.fiber.core.header;
+        loop {
+            let s = header.state.load(Ordering::Acquire);
+            if s & state::COMPLETE != 0 {
+                break;
+            }
+            if s & state::JOIN_WAITER == 0 {
+                // SAFETY: JOIN_WAITER is clear, so the completer will not read
+                // the cell until we set the bit (with Release below).
+                unsafe { *header.join_waiter.get() = Some(Waiter::current()) };
+                if header
+                    .state
+                    .compare_exchange(s, s | state::JOIN_WAITER, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+                {
+                    // COMPLETE (or STARTED) changed meanwhile: retract, retry.
+                    // SAFETY: the bit is still clear; the cell is still ours.
+                    unsafe { *header.join_waiter.get() = None };
+                    continue;
+                }
+            }
+            crate::sched::park::park_current();
+        }
+        // SAFETY: COMPLETE observed with Acquire: the result slot was written
+        // before it and nobody else reads it (join consumes the handle); the
+        // slot's type is the `T` this handle was created with.
+        let slot = self.fiber.core.body.result_slot() as *mut Option<std::thread::Result<T>>;
+        match unsafe { (*slot).take() } {
+            Some(Ok(v)) => Ok(v),
+            Some(Err(p)) => Err(JoinError {
+                repr: JoinErrorRepr::Panic(p),
+            }),
+            None => Err(JoinError {
+                repr: JoinErrorRepr::Cancelled,
+            }),
+        }
+    }
+
+    /// Whether the fiber has finished (its `join` would not wait).
+    pub fn is_finished(&self) -> bool {
+        self.fiber.core.header.state() & state::COMPLETE != 0
+    }
+
+    /// The fiber this handle joins.
+    pub fn fiber(&self) -> &Fiber {
+        &self.fiber
+    }
+}
+
+impl<T> fmt::Debug for JoinHandle<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JoinHandle")
+            .field("fiber", &self.fiber)
+            .field("finished", &self.is_finished())
+            .finish()
+    }
+}

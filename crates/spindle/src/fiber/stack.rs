@@ -1,0 +1,446 @@
+//! Fiber stacks: carved from large `MAP_NORESERVE` regions, a guard page below
+//! each, pooled per worker.
+//!
+//! # Layout
+//!
+//! A [`SizeClass`] owns every stack of one usable size. It maps *regions* of
+//! many *slots*; a slot is `[guard page][usable stack]`, the stack growing down
+//! towards its guard. Regions are `MAP_NORESERVE`, so only the pages a fiber
+//! touches cost memory.
+//!
+//! # Guards without mappings
+//!
+//! A separate `mmap` + `mprotect` guard per stack costs two of the kernel's
+//! `vm.max_map_count` (65 530 by default) mappings and caps a process near
+//! 32 000 fibers. Here a guard is installed with `madvise(MADV_GUARD_INSTALL)`
+//! (Linux ≥ 6.13), which marks the page in the page tables and adds no
+//! mapping: 200 000 stacks stay a handful of lines in `/proc/self/maps`. On
+//! older kernels the first `EINVAL` switches the process to `mprotect`.
+//! Guards survive `MADV_DONTNEED`, so a slot keeps its guard for life.
+//!
+//! # Reservations: spawn fails loudly, first run takes the stack
+//!
+//! A spawned fiber that has not run yet costs no stack, but a spawn that
+//! could never get one must fail at the spawn, not later (seed 002's loud
+//! spawn failure). So a spawn takes a *reservation* ([`SizeClass::reserve`]):
+//! a count of slots the class can still hand out (`headroom`). When it runs
+//! out, the class maps a new region; if that fails, the spawn gets an error
+//! that names the limit hit. When the fiber first runs, its worker takes a
+//! pooled stack (and returns the reservation) or carves a reserved slot.
+//!
+//! # Pooling and trimming
+//!
+//! A finished fiber's stack goes back to its worker's [`StackPool`] (bounded,
+//! `RuntimeBuilder::max_pooled_stacks`); past the bound it is returned to its
+//! class with its pages given back. A pooled stack keeps the pages its last
+//! fiber touched; a worker about to sleep gives back the deep pages of its
+//! pooled stacks (everything but the top [`KEEP_HOT`] bytes), at most once a
+//! second, so a burst of deep recursion does not pin memory forever.
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Smallest usable stack we hand out.
+pub(crate) const MIN_STACK_SIZE: usize = 16 << 10;
+/// Default usable stack size (seed 001: 256 KiB).
+pub(crate) const DEFAULT_STACK_SIZE: usize = 256 << 10;
+/// Bytes at the top of a pooled stack kept resident when it is trimmed.
+const KEEP_HOT: usize = 16 << 10;
+/// Target address-space size of one region.
+const REGION_BYTES: usize = 64 << 20;
+/// `madvise` advice that installs guard markers (Linux 6.13, uapi value).
+const MADV_GUARD_INSTALL: libc::c_int = 102;
+
+/// Whether `MADV_GUARD_INSTALL` works here; cleared at the first `EINVAL`.
+static GUARD_BY_MADVISE: AtomicBool = AtomicBool::new(true);
+
+pub(crate) fn page_size() -> usize {
+    static PAGE: OnceLock<usize> = OnceLock::new();
+    // SAFETY: sysconf has no preconditions.
+    *PAGE.get_or_init(|| unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize })
+}
+
+/// Rounds a requested stack size to what a [`SizeClass`] hands out.
+pub(crate) fn round_stack_size(requested: usize) -> usize {
+    let page = page_size();
+    requested.max(MIN_STACK_SIZE).div_ceil(page) * page
+}
+
+/// All stacks of one usable size, and the regions they are carved from.
+pub(crate) struct SizeClass {
+    /// Usable bytes of each stack.
+    pub(crate) stack_size: usize,
+    /// Guard bytes below each stack.
+    guard: usize,
+    /// Slots this class can still hand out without mapping a new region,
+    /// minus outstanding reservations. Negative while a spawn maps a region.
+    headroom: AtomicIsize,
+    carve: Mutex<Carve>,
+}
+
+struct Carve {
+    /// Returned slots (base addresses), their pages already given back.
+    free: Vec<usize>,
+    /// Next never-used slot of the newest region, and that region's end.
+    cursor: usize,
+    end: usize,
+    regions: usize,
+}
+
+/// Returns the size class for `stack_size` (already rounded), creating it.
+pub(crate) fn size_class(stack_size: usize) -> &'static SizeClass {
+    static CLASSES: OnceLock<Mutex<HashMap<usize, &'static SizeClass>>> = OnceLock::new();
+    let mut classes = CLASSES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    classes.entry(stack_size).or_insert_with(|| {
+        Box::leak(Box::new(SizeClass {
+            stack_size,
+            guard: page_size(),
+            headroom: AtomicIsize::new(0),
+            carve: Mutex::new(Carve {
+                free: Vec::new(),
+                cursor: 0,
+                end: 0,
+                regions: 0,
+            }),
+        }))
+    })
+}
+
+impl SizeClass {
+    fn slot_size(&self) -> usize {
+        self.stack_size + self.guard
+    }
+
+    /// Claims one stack of this class for a fiber that will run later.
+    ///
+    /// The error names the limit that was hit (`vm.max_map_count`,
+    /// `RLIMIT_AS`, memory) rather than a bare `ENOMEM`.
+    pub(crate) fn reserve(&'static self) -> io::Result<Reservation> {
+        if self.headroom.fetch_sub(1, Ordering::AcqRel) > 0 {
+            return Ok(Reservation { class: self });
+        }
+        let mut carve = self.carve.lock().unwrap_or_else(|e| e.into_inner());
+        // Another spawn may have mapped a region while we waited for the lock.
+        if self.headroom.load(Ordering::Acquire) >= 0 {
+            return Ok(Reservation { class: self });
+        }
+        match self.map_region(&mut carve) {
+            Ok(slots) => {
+                self.headroom.fetch_add(slots as isize, Ordering::AcqRel);
+                Ok(Reservation { class: self })
+            }
+            Err(e) => {
+                self.headroom.fetch_add(1, Ordering::AcqRel);
+                Err(e)
+            }
+        }
+    }
+
+    fn map_region(&self, carve: &mut Carve) -> io::Result<usize> {
+        let slot = self.slot_size();
+        let slots = (REGION_BYTES / slot).clamp(8, 4096);
+        let len = slots * slot;
+        // SAFETY: an anonymous private mapping at an address the kernel picks
+        // aliases nothing; the result is checked before use.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(explain_alloc_failure(
+                io::Error::last_os_error(),
+                self.stack_size,
+            ));
+        }
+        // The previous region's uncarved tail (if any) goes to the free list
+        // so no reserved slot is lost.
+        while carve.cursor < carve.end {
+            carve.free.push(carve.cursor | FRESH);
+            carve.cursor += slot;
+        }
+        carve.cursor = base as usize;
+        carve.end = base as usize + len;
+        carve.regions += 1;
+        Ok(slots)
+    }
+
+    /// Takes a stack for a reservation, from `pool` when it has one.
+    pub(crate) fn take(
+        &'static self,
+        reservation: Reservation,
+        pool: &mut StackPool,
+    ) -> io::Result<FiberStack> {
+        if let Some(stack) = pool.pop(self) {
+            // The pooled stack was never counted in headroom: give back the
+            // claim this fiber held on the class.
+            drop(reservation);
+            return Ok(stack);
+        }
+        std::mem::forget(reservation);
+        let slot_base = {
+            let mut carve = self.carve.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(base) = carve.free.pop() {
+                base
+            } else {
+                assert!(
+                    carve.cursor < carve.end,
+                    "spindle: stack reservation accounting broken (no slot for a reservation)"
+                );
+                let base = carve.cursor;
+                carve.cursor += self.slot_size();
+                base | FRESH
+            }
+        };
+        let base = slot_base & !FRESH;
+        if slot_base & FRESH != 0 {
+            if let Err(e) = install_guard(base, self.guard) {
+                self.return_slot(base | FRESH);
+                return Err(e);
+            }
+        }
+        Ok(FiberStack {
+            limit: base,
+            top: base + self.slot_size(),
+            class: self,
+            dirty: true,
+        })
+    }
+
+    fn return_slot(&self, slot_base: usize) {
+        let mut carve = self.carve.lock().unwrap_or_else(|e| e.into_inner());
+        carve.free.push(slot_base);
+        drop(carve);
+        self.headroom.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Regions mapped by this class so far.
+    #[allow(dead_code)]
+    pub(crate) fn regions(&self) -> usize {
+        self.carve.lock().unwrap_or_else(|e| e.into_inner()).regions
+    }
+}
+
+/// Low bit of a free-list entry: the slot never had its guard installed.
+const FRESH: usize = 1;
+
+/// A spawn's claim on one stack of a [`SizeClass`]; dropping it gives the
+/// claim back.
+pub(crate) struct Reservation {
+    class: &'static SizeClass,
+}
+
+impl Reservation {
+    pub(crate) fn class(&self) -> &'static SizeClass {
+        self.class
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.class.headroom.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// One fiber stack: `[limit, limit + guard)` is the guard page, the usable
+/// stack ends at `top`.
+pub(crate) struct FiberStack {
+    limit: usize,
+    top: usize,
+    class: &'static SizeClass,
+    /// Pages below the hot top may be resident.
+    dirty: bool,
+}
+
+impl FiberStack {
+    /// Lowest address of the guard page.
+    pub(crate) fn guard_start(&self) -> usize {
+        self.limit
+    }
+
+    pub(crate) fn guard_len(&self) -> usize {
+        self.class.guard
+    }
+
+    pub(crate) fn usable_size(&self) -> usize {
+        self.class.stack_size
+    }
+
+    /// Gives back every page below the top `keep` bytes.
+    fn discard_below(&mut self, keep: usize) {
+        let start = self.limit + self.class.guard;
+        let end = self.top.saturating_sub(keep).max(start);
+        if end > start {
+            // SAFETY: [start, end) lies inside this stack's own slot, which no
+            // fiber is running on (the stack is pooled or being released);
+            // MADV_DONTNEED on private anonymous memory only zero-fills it.
+            unsafe { libc::madvise(start as *mut _, end - start, libc::MADV_DONTNEED) };
+        }
+        self.dirty = false;
+    }
+}
+
+impl Drop for FiberStack {
+    fn drop(&mut self) {
+        self.discard_below(0);
+        self.class.return_slot(self.limit);
+    }
+}
+
+// SAFETY: corosensei requires `base` and `limit` to be 16-byte aligned (they
+// are page aligned) and a guard page below the usable stack that faults on
+// access: `take` installs it before the stack is first handed out, and it is
+// never removed while the slot exists.
+unsafe impl corosensei::stack::Stack for FiberStack {
+    fn base(&self) -> corosensei::stack::StackPointer {
+        corosensei::stack::StackPointer::new(self.top).expect("stack top is not null")
+    }
+
+    fn limit(&self) -> corosensei::stack::StackPointer {
+        corosensei::stack::StackPointer::new(self.limit).expect("stack limit is not null")
+    }
+}
+
+fn install_guard(addr: usize, len: usize) -> io::Result<()> {
+    if GUARD_BY_MADVISE.load(Ordering::Relaxed) {
+        // SAFETY: [addr, addr+len) is the first page of a slot we own and no
+        // code uses yet.
+        let rc = unsafe { libc::madvise(addr as *mut _, len, MADV_GUARD_INSTALL) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINVAL) {
+            return Err(err);
+        }
+        GUARD_BY_MADVISE.store(false, Ordering::Relaxed);
+    }
+    // SAFETY: as above; PROT_NONE on our own page only changes its access.
+    let rc = unsafe { libc::mprotect(addr as *mut _, len, libc::PROT_NONE) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(explain_alloc_failure(io::Error::last_os_error(), 0))
+    }
+}
+
+/// Whether guards are installed with `MADV_GUARD_INSTALL` (else `mprotect`).
+pub fn guards_use_madvise() -> bool {
+    GUARD_BY_MADVISE.load(Ordering::Relaxed)
+}
+
+/// Turns an `ENOMEM` from mmap/mprotect into a message that names the limit.
+fn explain_alloc_failure(err: io::Error, stack_size: usize) -> io::Error {
+    if err.raw_os_error() != Some(libc::ENOMEM) {
+        return err;
+    }
+    let what = if stack_size > 0 {
+        format!("cannot allocate a {} fiber stack", human_size(stack_size))
+    } else {
+        "cannot install a fiber stack guard page".to_string()
+    };
+    let max_maps = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+        .ok()
+        .and_then(|s| s.trim().parse::<usize>().ok());
+    let maps = std::fs::read_to_string("/proc/self/maps")
+        .map(|s| s.lines().count())
+        .ok();
+    let mut as_limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we pass.
+    let have_as = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut as_limit) } == 0
+        && as_limit.rlim_cur != libc::RLIM_INFINITY;
+    let why = match (max_maps, maps) {
+        (Some(max), Some(n)) if n + 8 >= max => {
+            format!("vm.max_map_count ({max}) reached with {n} mappings")
+        }
+        _ if have_as => format!(
+            "address-space limit RLIMIT_AS ({}) reached",
+            human_size(as_limit.rlim_cur as usize)
+        ),
+        _ => "out of memory".to_string(),
+    };
+    io::Error::new(io::ErrorKind::OutOfMemory, format!("{what}: {why}"))
+}
+
+pub(crate) fn human_size(bytes: usize) -> String {
+    if bytes >= 1 << 30 && bytes % (1 << 30) == 0 {
+        format!("{} GiB", bytes >> 30)
+    } else if bytes >= 1 << 20 && bytes % (1 << 20) == 0 {
+        format!("{} MiB", bytes >> 20)
+    } else if bytes >= 1 << 10 {
+        format!("{} KiB", bytes >> 10)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+/// A worker's pool of finished fibers' stacks, for reuse by the next fiber.
+pub(crate) struct StackPool {
+    stacks: Vec<FiberStack>,
+    max: usize,
+    last_trim: Instant,
+    /// Published for `stats()`.
+    pub(crate) pooled: AtomicUsize,
+}
+
+impl StackPool {
+    pub(crate) fn new(max: usize) -> StackPool {
+        StackPool {
+            stacks: Vec::new(),
+            max,
+            last_trim: Instant::now(),
+            pooled: AtomicUsize::new(0),
+        }
+    }
+
+    fn pop(&mut self, class: &'static SizeClass) -> Option<FiberStack> {
+        // Nearly always the default class: look at the newest (warmest) first.
+        let idx = self
+            .stacks
+            .iter()
+            .rposition(|s| std::ptr::eq(s.class, class))?;
+        let stack = self.stacks.swap_remove(idx);
+        self.pooled.store(self.stacks.len(), Ordering::Relaxed);
+        Some(stack)
+    }
+
+    /// Keeps `stack` for reuse, or returns it to its class past the bound.
+    pub(crate) fn put(&mut self, mut stack: FiberStack) {
+        if self.stacks.len() < self.max {
+            stack.dirty = true;
+            self.stacks.push(stack);
+            self.pooled.store(self.stacks.len(), Ordering::Relaxed);
+        }
+        // else: dropping returns it to the class with its pages given back.
+    }
+
+    /// Gives back the deep pages of pooled stacks; called by an idle worker,
+    /// does real work at most once a second.
+    pub(crate) fn trim(&mut self) {
+        if self.last_trim.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        self.last_trim = Instant::now();
+        for stack in self.stacks.iter_mut().filter(|s| s.dirty) {
+            stack.discard_below(KEEP_HOT);
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.stacks.len()
+    }
+}

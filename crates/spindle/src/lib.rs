@@ -1,0 +1,195 @@
+//! Spindle: colourless concurrency for Rust.
+//!
+//! Stackful *fibers* multiplexed onto a few worker threads. A fiber is a
+//! cheap thread: ordinary blocking-style Rust runs in it unchanged — no
+//! `async`, no `.await`, no second copy of every library — and when it
+//! waits, only the fiber waits; its worker runs other fibers meanwhile.
+//!
+//! ```
+//! use std::sync::atomic::{AtomicUsize, Ordering};
+//! use std::sync::Arc;
+//!
+//! let total = spindle::run(|| {
+//!     let hits = Arc::new(AtomicUsize::new(0));
+//!     let handles: Vec<_> = (0..1000)
+//!         .map(|i| {
+//!             let hits = hits.clone();
+//!             spindle::spawn(move || {
+//!                 spindle::yield_now(); // let the others run
+//!                 hits.fetch_add(1, Ordering::Relaxed);
+//!                 i
+//!             })
+//!         })
+//!         .collect();
+//!     let sum: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
+//!     assert_eq!(hits.load(Ordering::Relaxed), 1000);
+//!     sum
+//! });
+//! assert_eq!(total, 999 * 1000 / 2);
+//! ```
+//!
+//! # Map
+//!
+//! | module | what lives there |
+//! |---|---|
+//! | `fiber` (private) | a fiber's allocation, its park token, the context switch, stacks and guard pages, the overflow report |
+//! | `sched` (private) | run queues and stamps, workers, stealing, sleeping, the one parking primitive |
+//! | [`runtime`] | [`Runtime`], [`RuntimeBuilder`], shutdown |
+//! | `builder` | [`Builder`]: named fibers, per-fiber stack sizes, `spawn_local` |
+//! | `stats` | [`Stats`] |
+//!
+//! # Decisions
+//!
+//! * A fiber stays on the worker that first ran it, so thread-locals and
+//!   `!Send` values held across a wait stay correct. Idle workers steal
+//!   only fibers that have not started. Migration of started fibers is not
+//!   offered.
+//! * Run queues are FIFO by one clock: no worker runs a fiber while an older
+//!   runnable one waits (see `sched`).
+//! * Stacks are 256 KiB of `MAP_NORESERVE` address space by default with a
+//!   guard page installed by `MADV_GUARD_INSTALL` (no extra kernel
+//!   mapping), taken when a fiber first runs and pooled per worker. An
+//!   overflow names the fiber and aborts.
+//! * Every API also works from a plain thread, where it blocks the thread
+//!   as std would.
+
+mod builder;
+mod fiber;
+pub mod runtime;
+mod sched;
+mod stats;
+
+pub use builder::Builder;
+pub use fiber::overflow::install_overflow_handler;
+pub use fiber::{Fiber, JoinError, JoinHandle};
+pub use runtime::{Runtime, RuntimeBuilder};
+pub use stats::{Stats, WorkerStats};
+
+/// Runs `f` as the first fiber of a new runtime with default settings, and
+/// returns its value once it returns and the runtime has shut down.
+///
+/// Fibers still running when `f` returns are stopped (see
+/// [`Runtime::shutdown`]). A panic in `f` is re-raised here.
+///
+/// ```
+/// assert_eq!(spindle::run(|| 6 * 7), 42);
+/// ```
+///
+/// # Panics
+///
+/// If the runtime cannot start (no threads to be had), or `f` panicked.
+pub fn run<F, T>(f: F) -> T
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let rt = Runtime::new().unwrap_or_else(|e| panic!("spindle::run: cannot start: {e}"));
+    let value = rt.block_on(f);
+    rt.shutdown();
+    value
+}
+
+/// Spawns a fiber on the current fiber's runtime.
+///
+/// ```
+/// spindle::run(|| {
+///     let h = spindle::spawn(|| "done");
+///     assert_eq!(h.join().unwrap(), "done");
+/// });
+/// ```
+///
+/// # Panics
+///
+/// Outside a spindle fiber (use [`Runtime::spawn`] there), or when the
+/// fiber's stack cannot be had: the message says why and how many fibers
+/// are live. [`Builder::spawn`] returns that error instead.
+pub fn spawn<F, T>(f: F) -> JoinHandle<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let sched = runtime::current_or_panic("spindle::spawn");
+    runtime::spawn_or_panic(runtime::spawn_on(&sched, None, None, f))
+}
+
+/// Spawns a fiber for a `!Send` closure, pinned to the current worker.
+///
+/// ```
+/// use std::rc::Rc;
+/// spindle::run(|| {
+///     let worker = spindle::worker_id();
+///     let h = spindle::spawn_local(move || {
+///         let shared = Rc::new(5); // !Send is fine: this fiber never moves
+///         spindle::yield_now();
+///         (*shared, spindle::worker_id() == worker)
+///     });
+///     assert_eq!(h.join().unwrap(), (5, true));
+/// });
+/// ```
+///
+/// # Panics
+///
+/// Outside a spindle fiber, or when the stack cannot be had.
+pub fn spawn_local<F, T>(f: F) -> JoinHandle<T>
+where
+    F: FnOnce() -> T + 'static,
+    T: 'static,
+{
+    runtime::spawn_or_panic(runtime::spawn_pinned(None, None, f))
+}
+
+/// Lets every fiber that became runnable meanwhile run first, then
+/// continues. Outside a fiber: `std::thread::yield_now`.
+///
+/// ```
+/// spindle::run(|| spindle::yield_now());
+/// ```
+#[inline]
+pub fn yield_now() {
+    if sched::worker::on_fiber() {
+        fiber::suspend(fiber::Switch::Yield);
+    } else {
+        std::thread::yield_now();
+    }
+}
+
+/// Waits until the current fiber's token is made available by
+/// [`Fiber::unpark`], consuming it (std's `thread::park` semantics; may
+/// return spuriously). Outside a fiber it parks the thread.
+///
+/// ```
+/// spindle::run(|| {
+///     let me = spindle::current().unwrap();
+///     let waker = spindle::spawn(move || me.unpark());
+///     spindle::park();
+///     waker.join().unwrap();
+/// });
+/// ```
+pub fn park() {
+    sched::park::park_current();
+}
+
+/// The fiber calling this, or `None` on a plain thread.
+///
+/// ```
+/// assert!(spindle::current().is_none());
+/// spindle::run(|| assert!(spindle::current().is_some()));
+/// ```
+pub fn current() -> Option<Fiber> {
+    sched::worker::current_fiber().map(|core| Fiber { core })
+}
+
+/// Index of the worker thread running the caller within its runtime, or
+/// `None` outside a runtime.
+///
+/// ```
+/// assert_eq!(spindle::worker_id(), None);
+/// ```
+pub fn worker_id() -> Option<usize> {
+    sched::worker::current_worker_index()
+}
+
+/// Counters of the current fiber's runtime, or `None` outside one.
+pub fn stats() -> Option<Stats> {
+    sched::worker::current_scheduler().map(|(s, _)| runtime::stats_of(&s))
+}

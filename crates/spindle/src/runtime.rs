@@ -1,0 +1,418 @@
+//! The runtime: worker threads around one scheduler, and how to start,
+//! enter and stop them.
+//!
+//! A [`Runtime`] owns its worker threads. Several runtimes may live in one
+//! process (tests run in parallel); nothing here is process-global except
+//! the stack size classes and the overflow handler.
+//!
+//! # Shutdown
+//!
+//! [`Runtime::shutdown`] (also run on drop) sets the scheduler's shutdown
+//! flag and wakes every worker. Each worker then stops what it owns:
+//! fibers that never started are dropped unrun (their `join` reports
+//! cancelled), and every started fiber — typically parked forever, like a
+//! server's accept loop — has its stack *unwound*, so its destructors run,
+//! then its stack is freed. A fiber that is running and never yields cannot
+//! be stopped (nothing preempts it); shutdown waits for it and says so on
+//! stderr every few seconds, naming the fiber.
+
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::fiber::stack::{self, round_stack_size, size_class};
+use crate::fiber::{self, JoinHandle, NO_OWNER};
+use crate::sched::{worker, Config, Scheduler};
+use crate::stats::{Stats, WorkerStats};
+
+/// A set of worker threads that run fibers.
+///
+/// ```
+/// let rt = spindle::Runtime::builder().workers(2).build().unwrap();
+/// let answer = rt.block_on(|| {
+///     let h = spindle::spawn(|| 40 + 2);
+///     h.join().unwrap()
+/// });
+/// assert_eq!(answer, 42);
+/// rt.shutdown();
+/// ```
+pub struct Runtime {
+    sched: Arc<Scheduler>,
+    threads: Vec<thread::JoinHandle<()>>,
+    down: bool,
+}
+
+/// Configures and builds a [`Runtime`].
+///
+/// ```
+/// let rt = spindle::Runtime::builder()
+///     .workers(1)
+///     .stack_size(64 << 10)
+///     .build()
+///     .unwrap();
+/// assert_eq!(rt.block_on(|| spindle::worker_id()), Some(0));
+/// ```
+#[derive(Debug, Clone)]
+pub struct RuntimeBuilder {
+    workers: Option<usize>,
+    stack_size: usize,
+    max_pooled_stacks: usize,
+    thread_name: String,
+}
+
+impl Default for RuntimeBuilder {
+    fn default() -> Self {
+        RuntimeBuilder {
+            workers: None,
+            stack_size: stack::DEFAULT_STACK_SIZE,
+            max_pooled_stacks: 256,
+            thread_name: "spindle-worker".to_string(),
+        }
+    }
+}
+
+impl RuntimeBuilder {
+    /// Number of worker threads. `0` (the default) means the CPUs this
+    /// process may use — its affinity mask and cgroup quota, as
+    /// `std::thread::available_parallelism` reports — unless the
+    /// `SPINDLE_WORKERS` environment variable names a number.
+    pub fn workers(mut self, n: usize) -> Self {
+        self.workers = Some(n);
+        self
+    }
+
+    /// Usable stack size of each fiber (rounded up to whole pages, at least
+    /// 16 KiB); default 256 KiB. Stacks are `MAP_NORESERVE`: only the pages
+    /// a fiber touches cost memory.
+    pub fn stack_size(mut self, bytes: usize) -> Self {
+        self.stack_size = bytes;
+        self
+    }
+
+    /// How many finished fibers' stacks each worker keeps for reuse
+    /// (default 256). Past it, stacks are given back.
+    pub fn max_pooled_stacks(mut self, n: usize) -> Self {
+        self.max_pooled_stacks = n;
+        self
+    }
+
+    /// Prefix of the worker threads' names (`spindle-worker` by default;
+    /// the index is appended).
+    pub fn thread_name(mut self, prefix: impl Into<String>) -> Self {
+        self.thread_name = prefix.into();
+        self
+    }
+
+    /// Starts the worker threads.
+    pub fn build(self) -> io::Result<Runtime> {
+        fiber::overflow::install_overflow_handler();
+        let workers = match self.workers {
+            Some(n) if n > 0 => n,
+            _ => workers_from_env()?,
+        };
+        let sched = Arc::new(Scheduler::new(Config {
+            workers,
+            stack_class: size_class(round_stack_size(self.stack_size)),
+            max_pooled_stacks: self.max_pooled_stacks,
+            thread_name: self.thread_name,
+        }));
+        let mut threads = Vec::with_capacity(workers);
+        for index in 0..workers {
+            let s = sched.clone();
+            let spawned = thread::Builder::new()
+                .name(format!("{}-{index}", sched.config.thread_name))
+                .spawn(move || worker::run(s, index));
+            match spawned {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    // Workers that never started still count as running.
+                    let mut running = sched
+                        .running_workers
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner());
+                    *running -= workers - index;
+                    drop(running);
+                    let rt = Runtime {
+                        sched,
+                        threads,
+                        down: false,
+                    };
+                    drop(rt);
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("cannot start spindle worker thread {index}: {e}"),
+                    ));
+                }
+            }
+        }
+        Ok(Runtime {
+            sched,
+            threads,
+            down: false,
+        })
+    }
+}
+
+fn workers_from_env() -> io::Result<usize> {
+    if let Ok(v) = std::env::var("SPINDLE_WORKERS") {
+        match v.trim().parse::<usize>() {
+            Ok(n) if n > 0 => return Ok(n),
+            Ok(_) => {}
+            Err(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("SPINDLE_WORKERS={v:?} is not a number of workers"),
+                ))
+            }
+        }
+    }
+    Ok(thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+impl Runtime {
+    /// A runtime with default settings (see [`RuntimeBuilder`]).
+    pub fn new() -> io::Result<Runtime> {
+        RuntimeBuilder::default().build()
+    }
+
+    /// Starts configuring a runtime.
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder::default()
+    }
+
+    /// Spawns a fiber on this runtime, from any thread.
+    ///
+    /// # Panics
+    ///
+    /// If the fiber's stack cannot be had (the message names the limit and
+    /// how many fibers are live); use [`Builder::spawn_on`](crate::Builder::spawn_on)
+    /// to get the error instead.
+    pub fn spawn<F, T>(&self, f: F) -> JoinHandle<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        spawn_or_panic(spawn_on(&self.sched, None, None, f))
+    }
+
+    /// Runs `f` as a fiber on this runtime and waits for its value.
+    ///
+    /// Fibers `f` spawns keep running after it returns. A panic in `f` is
+    /// re-raised here. On a plain thread this blocks the thread; on a fiber
+    /// (of any runtime) it parks that fiber.
+    pub fn block_on<F, T>(&self, f: F) -> T
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        match self.spawn(f).join() {
+            Ok(v) => v,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => panic!("spindle: the runtime shut down before block_on's closure finished"),
+        }
+    }
+
+    pub(crate) fn scheduler(&self) -> &Arc<Scheduler> {
+        &self.sched
+    }
+
+    /// Counters of this runtime (see [`Stats`]).
+    pub fn stats(&self) -> Stats {
+        stats_of(&self.sched)
+    }
+
+    /// Stops the runtime: fibers that never ran are dropped, started fibers
+    /// are unwound (their destructors run) and freed, worker threads exit.
+    /// Returns how many fibers were stopped rather than finishing.
+    ///
+    /// Called from one of this runtime's own fibers, it cannot wait for its
+    /// own worker: it signals the stop and returns 0.
+    pub fn shutdown(mut self) -> usize {
+        self.shutdown_inner()
+    }
+
+    fn shutdown_inner(&mut self) -> usize {
+        if self.down {
+            return 0;
+        }
+        self.down = true;
+        self.sched.shutdown.store(true, Ordering::SeqCst);
+        self.sched.wake_all();
+        if worker::current_index(&self.sched).is_some() {
+            // Cannot join our own thread; the workers stop on their own.
+            self.threads.clear();
+            return 0;
+        }
+        let started = Instant::now();
+        let mut running = self
+            .sched
+            .running_workers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut warned_at = Duration::ZERO;
+        while *running > 0 {
+            let (guard, _) = self
+                .sched
+                .workers_done
+                .wait_timeout(running, Duration::from_millis(250))
+                .unwrap_or_else(|e| e.into_inner());
+            running = guard;
+            let waited = started.elapsed();
+            if *running > 0 && waited >= warned_at + Duration::from_secs(5) {
+                warned_at = waited;
+                self.warn_busy_workers(waited);
+            }
+            // Wakes can be missed by a worker that was between its last
+            // check and its sleep when the flag flipped: repeat them.
+            self.sched.wake_all();
+        }
+        drop(running);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        // Wakes that raced with the workers' exit may have queued fibers
+        // after the workers drained their queues.
+        for w in self.sched.workers.iter() {
+            discard_leftovers(&self.sched, w.inbox.drain_all());
+        }
+        discard_leftovers(&self.sched, self.sched.global.drain_all());
+        self.sched.stopped.load(Ordering::Relaxed)
+    }
+
+    fn warn_busy_workers(&self, waited: Duration) {
+        for (i, w) in self.sched.workers.iter().enumerate() {
+            let id = w.running_fiber.load(Ordering::Relaxed);
+            if id != 0 {
+                eprintln!(
+                    "spindle: shutdown has waited {:.0?} for worker {i}, which is running \
+                     fiber {id} and has not switched back (a fiber that never yields or \
+                     waits cannot be stopped)",
+                    waited
+                );
+            }
+        }
+    }
+}
+
+fn discard_leftovers(sched: &Scheduler, entries: Vec<crate::sched::queue::Entry>) {
+    for e in entries {
+        if !e.fiber.header.is_started() {
+            fiber::discard_unstarted(&e.fiber);
+            sched.live.0.fetch_sub(1, Ordering::AcqRel);
+            sched.stopped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.shutdown_inner();
+    }
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("workers", &self.sched.workers.len())
+            .field("live_fibers", &self.sched.live.0.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+pub(crate) fn stats_of(sched: &Scheduler) -> Stats {
+    Stats {
+        live_fibers: sched.live.0.load(Ordering::Relaxed),
+        global_queued: sched.global.len(),
+        workers: sched
+            .workers
+            .iter()
+            .map(|w| WorkerStats {
+                local_queued: w.local_len.load(Ordering::Relaxed),
+                inbox_queued: w.inbox.len(),
+                steals: w.steals.load(Ordering::Relaxed),
+                dispatches: w.dispatches.load(Ordering::Relaxed),
+                stacks_pooled: w.stacks_pooled.load(Ordering::Relaxed),
+            })
+            .collect(),
+    }
+}
+
+/// Spawns `f` on `sched` with an optional name and stack size.
+pub(crate) fn spawn_on<F, T>(
+    sched: &Arc<Scheduler>,
+    name: Option<String>,
+    stack_size: Option<usize>,
+    f: F,
+) -> io::Result<JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let (fiber, handle) = allocate(sched, name, stack_size, NO_OWNER, f)?;
+    sched.submit_new(fiber);
+    Ok(handle)
+}
+
+/// Spawns a fiber pinned to the calling worker (`spawn_local`).
+pub(crate) fn spawn_pinned<F, T>(
+    name: Option<String>,
+    stack_size: Option<usize>,
+    f: F,
+) -> io::Result<JoinHandle<T>>
+where
+    F: FnOnce() -> T + 'static,
+    T: 'static,
+{
+    let (sched, index) = worker::current_scheduler().unwrap_or_else(|| {
+        panic!(
+            "spindle::spawn_local called outside a spindle fiber; \
+             call it from a fiber (inside spindle::run or Runtime::block_on)"
+        )
+    });
+    let (fiber, handle) = allocate(&sched, name, stack_size, index, f)?;
+    sched.submit_pinned(fiber, index);
+    Ok(handle)
+}
+
+fn allocate<F, T>(
+    sched: &Arc<Scheduler>,
+    name: Option<String>,
+    stack_size: Option<usize>,
+    owner: usize,
+    f: F,
+) -> io::Result<(fiber::FiberRef, JoinHandle<T>)>
+where
+    F: FnOnce() -> T + 'static,
+    T: 'static,
+{
+    if sched.is_shutdown() {
+        return Err(io::Error::other("spindle: the runtime is shut down"));
+    }
+    let class = match stack_size {
+        Some(n) => size_class(round_stack_size(n)),
+        None => sched.config.stack_class,
+    };
+    let reservation = class.reserve().map_err(|e| {
+        let live = sched.live.0.load(Ordering::Relaxed);
+        io::Error::new(e.kind(), format!("{e} ({live} fibers live)"))
+    })?;
+    sched.live.0.fetch_add(1, Ordering::AcqRel);
+    Ok(fiber::new_fiber(f, name, sched.clone(), owner, reservation))
+}
+
+pub(crate) fn spawn_or_panic<T>(spawned: io::Result<JoinHandle<T>>) -> JoinHandle<T> {
+    spawned.unwrap_or_else(|e| panic!("spindle: cannot create a fiber: {e}"))
+}
+
+/// The scheduler of the fiber calling this, or a panic naming the fix.
+pub(crate) fn current_or_panic(what: &str) -> Arc<Scheduler> {
+    match worker::current_scheduler() {
+        Some((sched, _)) => sched,
+        None => panic!(
+            "{what} called outside a spindle runtime; call it from a fiber \
+             (inside spindle::run or Runtime::block_on), or use Runtime::spawn"
+        ),
+    }
+}

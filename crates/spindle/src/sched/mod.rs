@@ -1,0 +1,243 @@
+//! The scheduler: which fiber runs next, on which worker.
+//!
+//! # Model
+//!
+//! A runtime has N *workers*, OS threads that each loop over a run queue and
+//! resume fibers (seed 002). Every runnable fiber sits in exactly one of:
+//!
+//! * its worker's [`LocalQueue`] — private, lock-free: fibers that worker
+//!   requeued itself (a yield, a wake made on that worker);
+//! * its worker's *inbox* ([`SharedQueue`]) — spawns made on that worker
+//!   and wakes from other threads;
+//! * the *global* queue — spawns from outside the runtime.
+//!
+//! # Service order (seed 002, "FIFO stamps")
+//!
+//! Every push is stamped from one clock (`Scheduler::clock`). A worker looks
+//! at the heads of its local queue, its inbox and the global queue and runs
+//! the oldest, so no fiber runs while an older runnable one waits on that
+//! worker: not a spawn ahead of a woken fiber, not a yielder ahead of
+//! anything that became runnable since it yielded (`yield_now` re-stamps).
+//! Entries taken from a shared queue are moved, in a batch that is still
+//! older than the other heads, to the front of the local queue, which keeps
+//! lock traffic to one acquisition per batch.
+//!
+//! # Where a fiber runs
+//!
+//! A fiber is started by the first worker that dequeues it and stays there
+//! (thread-locals and `!Send` locals held across a wait stay sound). A wake
+//! from another thread pushes the fiber to its owner's inbox and wakes the
+//! owner if it sleeps; a wake on the owner itself is a plain local push. An
+//! idle worker *steals* half of a victim's not-yet-started fibers (started
+//! ones never move). `spawn_local` pins a fiber to the spawning worker.
+//!
+//! # Sleeping
+//!
+//! A worker with nothing to run and nothing to steal sleeps (`worker.rs`,
+//! zero CPU) after announcing it in its `SleepState`; pushers check that
+//! state after their push (a SeqCst fence on both sides: a push cannot slip
+//! between the sleeper's last look and its sleep). A spawn on a busy worker
+//! wakes one sleeper when nobody is already searching for work, so spawned
+//! fibers spread.
+//!
+//! # Rejected
+//!
+//! * A lock-free Chase-Lev deque per worker (tokio's shape): stealing must
+//!   skip started fibers, which a ring buffer cannot do without moving them;
+//!   the inbox mutex is uncontended in the common case and one batch per
+//!   lock keeps it off the hot path.
+//! * Migrating started fibers (Go's full M:N): unsound for thread-locals and
+//!   `!Send` locals held across a wait; left out rather than offered as an
+//!   `unsafe` opt-in whose contract users would have to audit.
+
+pub(crate) mod park;
+pub(crate) mod queue;
+pub(crate) mod worker;
+
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::thread::Thread;
+
+use crate::fiber::stack::SizeClass;
+use crate::fiber::{FiberRef, NO_OWNER};
+use queue::{SharedQueue, Stamp};
+
+/// Settings a scheduler is built with (from `RuntimeBuilder`).
+pub(crate) struct Config {
+    pub(crate) workers: usize,
+    pub(crate) stack_class: &'static SizeClass,
+    pub(crate) max_pooled_stacks: usize,
+    pub(crate) thread_name: String,
+}
+
+/// Pads a value to its own cache line so hot counters do not share one.
+#[repr(align(128))]
+pub(crate) struct CachePadded<T>(pub(crate) T);
+
+/// The shared state of one runtime's scheduler.
+pub(crate) struct Scheduler {
+    pub(crate) config: Config,
+    pub(crate) workers: Box<[WorkerShared]>,
+    pub(crate) global: SharedQueue,
+    clock: CachePadded<AtomicU64>,
+    /// Fibers spawned and not yet finished.
+    pub(crate) live: CachePadded<AtomicUsize>,
+    sleepers: AtomicUsize,
+    searching: AtomicUsize,
+    pub(crate) shutdown: AtomicBool,
+    /// Workers still running their loop; shutdown waits for zero.
+    pub(crate) running_workers: Mutex<usize>,
+    pub(crate) workers_done: Condvar,
+    /// Fibers stopped by shutdown (unwound or never started).
+    pub(crate) stopped: AtomicUsize,
+}
+
+/// What other threads may see and touch of a worker.
+pub(crate) struct WorkerShared {
+    pub(crate) inbox: SharedQueue,
+    sleep: AtomicU8,
+    thread: OnceLock<Thread>,
+    pub(crate) steals: AtomicU64,
+    pub(crate) dispatches: AtomicU64,
+    pub(crate) local_len: AtomicUsize,
+    pub(crate) stacks_pooled: AtomicUsize,
+    /// Id of the fiber the worker is running (0: none), for diagnostics.
+    pub(crate) running_fiber: AtomicU64,
+}
+
+const AWAKE: u8 = 0;
+const SLEEPING: u8 = 1;
+
+impl WorkerShared {
+    fn new() -> WorkerShared {
+        WorkerShared {
+            inbox: SharedQueue::new(),
+            sleep: AtomicU8::new(AWAKE),
+            thread: OnceLock::new(),
+            steals: AtomicU64::new(0),
+            dispatches: AtomicU64::new(0),
+            local_len: AtomicUsize::new(0),
+            stacks_pooled: AtomicUsize::new(0),
+            running_fiber: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Scheduler {
+    pub(crate) fn new(config: Config) -> Scheduler {
+        let workers = (0..config.workers).map(|_| WorkerShared::new()).collect();
+        Scheduler {
+            running_workers: Mutex::new(config.workers),
+            config,
+            workers,
+            global: SharedQueue::new(),
+            clock: CachePadded(AtomicU64::new(0)),
+            live: CachePadded(AtomicUsize::new(0)),
+            sleepers: AtomicUsize::new(0),
+            searching: AtomicUsize::new(0),
+            shutdown: AtomicBool::new(false),
+            workers_done: Condvar::new(),
+            stopped: AtomicUsize::new(0),
+        }
+    }
+
+    /// Next stamp of the service order.
+    #[inline]
+    pub(crate) fn stamp(&self) -> Stamp {
+        self.clock.0.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn is_shutdown(&self) -> bool {
+        self.shutdown.load(Ordering::Acquire)
+    }
+
+    /// Queues a newly spawned fiber: on the spawning worker's inbox when
+    /// called on one of this scheduler's workers, else on the global queue.
+    pub(crate) fn submit_new(&self, fiber: FiberRef) {
+        match worker::current_index(self) {
+            Some(index) => {
+                self.workers[index].inbox.push(fiber, || self.stamp());
+                fence(Ordering::SeqCst);
+                // Let an idle worker come and steal, unless one is already
+                // looking for work.
+                if self.sleepers.load(Ordering::Relaxed) > 0
+                    && self.searching.load(Ordering::Relaxed) == 0
+                {
+                    self.wake_one_sleeper();
+                }
+            }
+            None => {
+                self.global.push(fiber, || self.stamp());
+                fence(Ordering::SeqCst);
+                self.wake_one_sleeper();
+            }
+        }
+    }
+
+    /// Queues a pinned new fiber (`spawn_local`) on worker `index`'s inbox.
+    pub(crate) fn submit_pinned(&self, fiber: FiberRef, index: usize) {
+        self.workers[index].inbox.push(fiber, || self.stamp());
+    }
+
+    /// Pushes a woken fiber to its owner from another thread.
+    fn push_remote(&self, owner: usize, fiber: FiberRef) {
+        let w = &self.workers[owner];
+        w.inbox.push(fiber, || self.stamp());
+        fence(Ordering::SeqCst);
+        self.wake_worker(owner);
+    }
+
+    /// Wakes worker `index` if it sleeps.
+    pub(crate) fn wake_worker(&self, index: usize) {
+        let w = &self.workers[index];
+        if w.sleep.load(Ordering::SeqCst) == SLEEPING
+            && w.sleep.swap(AWAKE, Ordering::SeqCst) == SLEEPING
+        {
+            self.sleepers.fetch_sub(1, Ordering::SeqCst);
+            self.searching.fetch_add(1, Ordering::SeqCst);
+            if let Some(t) = w.thread.get() {
+                t.unpark();
+            }
+        }
+    }
+
+    fn wake_one_sleeper(&self) {
+        if self.sleepers.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        for (i, w) in self.workers.iter().enumerate() {
+            if w.sleep.load(Ordering::SeqCst) == SLEEPING {
+                self.wake_worker(i);
+                return;
+            }
+        }
+    }
+
+    pub(crate) fn wake_all(&self) {
+        for i in 0..self.workers.len() {
+            self.wake_worker(i);
+            // A worker that is awake but about to sleep sees `shutdown`.
+            if let Some(t) = self.workers[i].thread.get() {
+                t.unpark();
+            }
+        }
+    }
+
+    /// Whether anything is queued where worker `index` would look.
+    fn has_visible_work(&self, index: usize) -> bool {
+        self.workers[index].inbox.head_stamp() != queue::NO_STAMP
+            || self.global.head_stamp() != queue::NO_STAMP
+            || self.is_shutdown()
+    }
+}
+
+/// Makes a woken fiber runnable on its own worker. Called by the one waker
+/// that took the fiber's token from `PARKED` (see `fiber`).
+pub(crate) fn schedule(fiber: FiberRef) {
+    let owner = fiber.header.owner.load(Ordering::Acquire);
+    debug_assert_ne!(owner, NO_OWNER, "only started fibers park");
+    if let Err(fiber) = worker::push_if_owner(fiber, owner) {
+        let sched = fiber.header.sched.clone();
+        sched.push_remote(owner, fiber);
+    }
+}

@@ -1,0 +1,204 @@
+//! Run queues: FIFOs of runnable fibers, each entry stamped from one clock.
+//!
+//! * [`LocalQueue`] — a worker's private FIFO: fibers it requeues itself
+//!   (yields, wakes made on this worker). No lock, no atomics but a
+//!   published length for `stats()`.
+//! * [`SharedQueue`] — a FIFO behind a mutex, with its head's stamp
+//!   mirrored in an atomic so a worker can compare heads without locking.
+//!   Each worker has one (its *inbox*: spawns made on it, wakes from other
+//!   threads), and the scheduler has one *global* queue (spawns from outside
+//!   the runtime).
+//!
+//! Every push takes a fresh [`Stamp`] from the scheduler's clock, so the
+//! three heads a worker looks at are comparable: it always runs the oldest.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use crate::fiber::{FiberRef, NO_OWNER};
+
+/// Position in the one service order of a scheduler: smaller runs first.
+pub(crate) type Stamp = u64;
+
+/// Stamp of an empty queue's head.
+pub(crate) const NO_STAMP: Stamp = u64::MAX;
+
+/// A runnable fiber and the stamp it was queued with.
+pub(crate) struct Entry {
+    pub(crate) stamp: Stamp,
+    pub(crate) fiber: FiberRef,
+}
+
+impl Entry {
+    /// Not started and not pinned: another worker may take it.
+    fn stealable(&self) -> bool {
+        !self.fiber.header.is_started()
+            && self.fiber.header.owner.load(Ordering::Relaxed) == NO_OWNER
+    }
+}
+
+/// A worker's private FIFO.
+pub(crate) struct LocalQueue {
+    entries: VecDeque<Entry>,
+    published_len: AtomicUsize,
+}
+
+impl LocalQueue {
+    pub(crate) fn new() -> LocalQueue {
+        LocalQueue {
+            entries: VecDeque::with_capacity(256),
+            published_len: AtomicUsize::new(0),
+        }
+    }
+
+    pub(crate) fn head_stamp(&self) -> Stamp {
+        self.entries.front().map_or(NO_STAMP, |e| e.stamp)
+    }
+
+    pub(crate) fn push(&mut self, entry: Entry) {
+        self.entries.push_back(entry);
+        self.publish();
+    }
+
+    pub(crate) fn pop(&mut self) -> Option<Entry> {
+        let e = self.entries.pop_front();
+        self.publish();
+        e
+    }
+
+    /// Puts entries that are all older than the current head in front of
+    /// it; `older` must be in stamp order.
+    pub(crate) fn prepend(&mut self, older: &mut Vec<Entry>) {
+        while let Some(e) = older.pop() {
+            debug_assert!(e.stamp <= self.head_stamp());
+            self.entries.push_front(e);
+        }
+        self.publish();
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub(crate) fn published_len(&self) -> usize {
+        self.published_len.load(Ordering::Relaxed)
+    }
+
+    fn publish(&self) {
+        self.published_len
+            .store(self.entries.len(), Ordering::Relaxed);
+    }
+}
+
+/// A FIFO shared between threads, with a lock-free view of its head stamp.
+pub(crate) struct SharedQueue {
+    entries: Mutex<VecDeque<Entry>>,
+    head: AtomicU64,
+    len: AtomicUsize,
+    /// Entries another worker may steal (unstarted, unpinned).
+    stealable: AtomicUsize,
+}
+
+impl SharedQueue {
+    pub(crate) fn new() -> SharedQueue {
+        SharedQueue {
+            entries: Mutex::new(VecDeque::new()),
+            head: AtomicU64::new(NO_STAMP),
+            len: AtomicUsize::new(0),
+            stealable: AtomicUsize::new(0),
+        }
+    }
+
+    /// How many entries a thief could take (possibly stale).
+    pub(crate) fn stealable(&self) -> usize {
+        self.stealable.load(Ordering::Relaxed)
+    }
+
+    /// Stamp of the head (possibly stale by a concurrent push or pop).
+    pub(crate) fn head_stamp(&self) -> Stamp {
+        self.head.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Entry>> {
+        // A panic never happens while the lock is held; recover anyway.
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn publish(&self, q: &VecDeque<Entry>) {
+        self.head
+            .store(q.front().map_or(NO_STAMP, |e| e.stamp), Ordering::Release);
+        self.len.store(q.len(), Ordering::Relaxed);
+    }
+
+    /// Appends an entry; `stamp_now` is called under the lock so the queue
+    /// stays in stamp order.
+    pub(crate) fn push(&self, fiber: FiberRef, stamp_now: impl FnOnce() -> Stamp) {
+        let mut q = self.lock();
+        let entry = Entry {
+            stamp: stamp_now(),
+            fiber,
+        };
+        if entry.stealable() {
+            self.stealable.fetch_add(1, Ordering::Relaxed);
+        }
+        q.push_back(entry);
+        self.publish(&q);
+    }
+
+    /// Moves up to `max` entries older than `bound` into `out`, in order.
+    pub(crate) fn take_older(&self, bound: Stamp, max: usize, out: &mut Vec<Entry>) {
+        let mut q = self.lock();
+        while out.len() < max {
+            match q.front() {
+                Some(e) if e.stamp < bound => {
+                    let e = q.pop_front().expect("front exists");
+                    if e.stealable() {
+                        self.stealable.fetch_sub(1, Ordering::Relaxed);
+                    }
+                    out.push(e);
+                }
+                _ => break,
+            }
+        }
+        self.publish(&q);
+    }
+
+    /// Moves up to half of the stealable (unstarted, unpinned) entries into
+    /// `out`, oldest first. Returns how many were taken.
+    pub(crate) fn steal_half(&self, out: &mut Vec<Entry>) -> usize {
+        let mut q = self.lock();
+        let stealable = q.iter().filter(|e| e.stealable()).count();
+        let want = stealable.div_ceil(2);
+        if want == 0 {
+            return 0;
+        }
+        let mut kept = VecDeque::with_capacity(q.len() - want);
+        let mut taken = 0;
+        for e in q.drain(..) {
+            if taken < want && e.stealable() {
+                out.push(e);
+                taken += 1;
+            } else {
+                kept.push_back(e);
+            }
+        }
+        *q = kept;
+        self.stealable.fetch_sub(taken, Ordering::Relaxed);
+        self.publish(&q);
+        taken
+    }
+
+    /// Empties the queue (shutdown).
+    pub(crate) fn drain_all(&self) -> Vec<Entry> {
+        let mut q = self.lock();
+        let all: Vec<Entry> = q.drain(..).collect();
+        self.stealable.store(0, Ordering::Relaxed);
+        self.publish(&q);
+        all
+    }
+}

@@ -1,0 +1,405 @@
+//! A worker thread: its loop, its private state, and how fibers find it.
+//!
+//! ```text
+//! loop {
+//!     shutdown?            -> stop every fiber this worker owns, exit
+//!     oldest runnable head -> resume it; requeue (yield), park, or retire it
+//!     nothing runnable     -> steal half of a victim's unstarted fibers
+//!     nothing to steal     -> trim pooled stacks, sleep until woken
+//! }
+//! ```
+//!
+//! The private state ([`Worker`]) lives on the worker thread's own stack and
+//! is reached through the `WORKER` thread-local. Fibers running on the worker
+//! touch it too (a wake on the owner worker pushes to the local queue; a
+//! spawn reads the scheduler) — never while the loop holds a borrow of the
+//! same field, because the loop is suspended inside `resume` while a fiber
+//! runs and takes no borrow across that call.
+
+use std::cell::{Cell, UnsafeCell};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread;
+
+use super::queue::{Entry, LocalQueue};
+use super::{Scheduler, WorkerShared, AWAKE, SLEEPING};
+use crate::fiber::overflow::AltStack;
+use crate::fiber::stack::StackPool;
+use crate::fiber::{self, FiberRef, Outcome};
+
+/// Most entries moved from a shared queue to the local one per lock.
+const BATCH: usize = 32;
+
+/// A worker's private state.
+pub(crate) struct Worker {
+    sched: Arc<Scheduler>,
+    index: usize,
+    local: UnsafeCell<LocalQueue>,
+    live: UnsafeCell<LiveTable>,
+    pool: UnsafeCell<StackPool>,
+    batch: UnsafeCell<Vec<Entry>>,
+    /// The fiber being resumed (points at the loop's own `FiberRef`).
+    current: Cell<*const FiberRef>,
+}
+
+thread_local! {
+    static WORKER: Cell<*const Worker> = const { Cell::new(std::ptr::null()) };
+}
+
+/// Runs `f` with this thread's worker, if it is one.
+#[inline]
+fn with_worker<R>(f: impl FnOnce(Option<&Worker>) -> R) -> R {
+    let ptr = WORKER.with(|w| w.get());
+    // SAFETY: WORKER points at the `Worker` on this thread's stack from the
+    // start of `run` until just before it returns, and is null otherwise.
+    f(unsafe { ptr.as_ref() })
+}
+
+/// The index of the calling worker if it belongs to `sched`.
+pub(crate) fn current_index(sched: &Scheduler) -> Option<usize> {
+    with_worker(|w| {
+        w.filter(|w| std::ptr::eq(Arc::as_ptr(&w.sched), sched))
+            .map(|w| w.index)
+    })
+}
+
+/// The calling worker's scheduler and index.
+pub(crate) fn current_scheduler() -> Option<(Arc<Scheduler>, usize)> {
+    with_worker(|w| w.map(|w| (w.sched.clone(), w.index)))
+}
+
+/// Index of the worker running the caller, in its runtime.
+pub(crate) fn current_worker_index() -> Option<usize> {
+    with_worker(|w| w.map(|w| w.index))
+}
+
+/// The fiber running on this thread.
+pub(crate) fn current_fiber() -> Option<FiberRef> {
+    with_worker(|w| {
+        let w = w?;
+        let ptr = w.current.get();
+        // SAFETY: `current` points at the loop's `FiberRef` while that fiber
+        // runs (it is set around `resume` and `stop`), else it is null.
+        unsafe { ptr.as_ref() }.cloned()
+    })
+}
+
+/// Whether the caller runs on a fiber.
+#[inline]
+pub(crate) fn on_fiber() -> bool {
+    !fiber::running_header().is_null()
+}
+
+/// Pushes a woken fiber to the local queue if this thread is its owner
+/// worker; hands the fiber back otherwise.
+pub(crate) fn push_if_owner(fiber: FiberRef, owner: usize) -> Result<(), FiberRef> {
+    with_worker(|w| match w {
+        Some(w)
+            if w.index == owner && std::ptr::eq(Arc::as_ptr(&w.sched), &*fiber.header.sched) =>
+        {
+            let stamp = w.sched.stamp();
+            // SAFETY: only this thread touches `local`, and the loop holds no
+            // borrow of it while a fiber runs (module docs).
+            unsafe { &mut *w.local.get() }.push(Entry { stamp, fiber });
+            Ok(())
+        }
+        _ => Err(fiber),
+    })
+}
+
+/// Fibers this worker has started and not yet retired.
+struct LiveTable {
+    slots: Vec<Option<FiberRef>>,
+    free: Vec<usize>,
+}
+
+impl LiveTable {
+    fn insert(&mut self, fiber: FiberRef) {
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+        };
+        fiber.header.slot.set(idx);
+        self.slots[idx] = Some(fiber);
+    }
+
+    fn remove(&mut self, fiber: &FiberRef) -> Option<FiberRef> {
+        let idx = fiber.header.slot.replace(usize::MAX);
+        let taken = self.slots.get_mut(idx)?.take();
+        self.free.push(idx);
+        taken
+    }
+
+    fn drain(&mut self) -> Vec<FiberRef> {
+        self.free.clear();
+        let all = self.slots.drain(..).flatten().collect();
+        all
+    }
+}
+
+/// Body of a worker thread.
+pub(crate) fn run(sched: Arc<Scheduler>, index: usize) {
+    let _alt_stack = AltStack::ensure();
+    let _ = sched.workers[index].thread.set(thread::current());
+    let worker = Worker {
+        index,
+        local: UnsafeCell::new(LocalQueue::new()),
+        live: UnsafeCell::new(LiveTable {
+            slots: Vec::new(),
+            free: Vec::new(),
+        }),
+        pool: UnsafeCell::new(StackPool::new(sched.config.max_pooled_stacks)),
+        batch: UnsafeCell::new(Vec::with_capacity(BATCH)),
+        current: Cell::new(std::ptr::null()),
+        sched,
+    };
+    WORKER.with(|w| w.set(&worker));
+    worker.run_loop();
+    worker.stop_all();
+    WORKER.with(|w| w.set(std::ptr::null()));
+    let sched = worker.sched.clone();
+    drop(worker);
+    let mut running = sched
+        .running_workers
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    *running -= 1;
+    sched.workers_done.notify_all();
+}
+
+impl Worker {
+    fn shared(&self) -> &WorkerShared {
+        &self.sched.workers[self.index]
+    }
+
+    fn run_loop(&self) {
+        loop {
+            if self.sched.is_shutdown() {
+                return;
+            }
+            if let Some(entry) = self.next() {
+                self.dispatch(entry.fiber);
+                continue;
+            }
+            if self.steal() {
+                continue;
+            }
+            self.sleep();
+        }
+    }
+
+    /// The oldest runnable entry among the local queue, the inbox and the
+    /// global queue.
+    fn next(&self) -> Option<Entry> {
+        // SAFETY: the loop's borrows of `local`/`batch` end before any resume.
+        let local = unsafe { &mut *self.local.get() };
+        let local_head = local.head_stamp();
+        let inbox = &self.shared().inbox;
+        let inbox_head = inbox.head_stamp();
+        let global_head = self.sched.global.head_stamp();
+        if local_head <= inbox_head && local_head <= global_head {
+            return local.pop();
+        }
+        // SAFETY: as above.
+        let batch = unsafe { &mut *self.batch.get() };
+        if inbox_head <= global_head {
+            inbox.take_older(local_head.min(global_head), BATCH, batch);
+        } else {
+            let fair_share = self.sched.global.len() / self.sched.workers.len() + 1;
+            self.sched
+                .global
+                .take_older(local_head.min(inbox_head), fair_share.min(BATCH), batch);
+        }
+        local.prepend(batch);
+        local.pop()
+    }
+
+    /// Runs one fiber until it switches back, then files it.
+    fn dispatch(&self, fiber: FiberRef) {
+        let header = &fiber.header;
+        if !header.is_started() {
+            header.owner.store(self.index, Ordering::Release);
+            // SAFETY: loop-only borrow, no resume inside.
+            unsafe { &mut *self.live.get() }.insert(fiber.clone());
+        }
+        self.current.set(&fiber);
+        let shared = self.shared();
+        shared.running_fiber.store(header.id, Ordering::Relaxed);
+        // SAFETY: this worker is the fiber's owner (just claimed, or it was
+        // queued here because it is), the fiber is not queued elsewhere
+        // (one token holder schedules it), and we are not on a fiber. The
+        // pool borrow is the only one: fibers never touch the pool.
+        let outcome = unsafe { fiber::resume(&fiber, &mut *self.pool.get()) };
+        self.current.set(std::ptr::null());
+        shared.running_fiber.store(0, Ordering::Relaxed);
+        shared.dispatches.fetch_add(1, Ordering::Relaxed);
+        match outcome {
+            Outcome::Yielded => self.requeue(fiber),
+            Outcome::Parked => {
+                if !header.finish_park() {
+                    // Woken between its switch and now: run it again.
+                    self.requeue(fiber);
+                }
+            }
+            Outcome::Finished(stack) => {
+                if let Some(stack) = stack {
+                    // SAFETY: loop-only borrow.
+                    let pool = unsafe { &mut *self.pool.get() };
+                    pool.put(stack);
+                    shared.stacks_pooled.store(pool.len(), Ordering::Relaxed);
+                }
+                // SAFETY: loop-only borrow.
+                unsafe { &mut *self.live.get() }.remove(&fiber);
+                header.complete(false);
+                self.sched.live.0.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+
+    fn requeue(&self, fiber: FiberRef) {
+        let stamp = self.sched.stamp();
+        // SAFETY: loop-only borrow.
+        let local = unsafe { &mut *self.local.get() };
+        local.push(Entry { stamp, fiber });
+        self.shared()
+            .local_len
+            .store(local.published_len(), Ordering::Relaxed);
+    }
+
+    /// Takes half of another worker's unstarted fibers.
+    fn steal(&self) -> bool {
+        let n = self.sched.workers.len();
+        // SAFETY: loop-only borrow.
+        let batch = unsafe { &mut *self.batch.get() };
+        for k in 1..n {
+            let victim = &self.sched.workers[(self.index + k) % n];
+            if victim.inbox.stealable() == 0 {
+                continue;
+            }
+            if victim.inbox.steal_half(batch) > 0 {
+                self.shared()
+                    .steals
+                    .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                // Stolen entries may be older or newer than ours: merge by
+                // stamp so the local queue stays in order.
+                // SAFETY: loop-only borrow.
+                let local = unsafe { &mut *self.local.get() };
+                merge_into(local, batch);
+                return true;
+            }
+        }
+        false
+    }
+
+    fn sleep(&self) {
+        // SAFETY: loop-only borrow.
+        unsafe { &mut *self.pool.get() }.trim();
+        let me = self.shared();
+        me.sleep.store(SLEEPING, Ordering::SeqCst);
+        self.sched.sleepers.fetch_add(1, Ordering::SeqCst);
+        if self.sched.has_visible_work(self.index) || self.stealable_elsewhere() {
+            if me
+                .sleep
+                .compare_exchange(SLEEPING, AWAKE, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
+                self.sched.sleepers.fetch_sub(1, Ordering::SeqCst);
+            }
+            return;
+        }
+        while me.sleep.load(Ordering::SeqCst) == SLEEPING && !self.sched.is_shutdown() {
+            thread::park();
+        }
+        if me
+            .sleep
+            .compare_exchange(SLEEPING, AWAKE, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            // Left because of shutdown, not a wake.
+            self.sched.sleepers.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    fn stealable_elsewhere(&self) -> bool {
+        self.sched
+            .workers
+            .iter()
+            .enumerate()
+            .any(|(i, w)| i != self.index && w.inbox.stealable() > 0)
+    }
+
+    /// Runtime shutdown: discard queued unstarted fibers, unwind every
+    /// started one this worker owns. Repeats while stopping fibers makes
+    /// more work (a destructor that spawns or wakes).
+    fn stop_all(&self) {
+        loop {
+            let mut stopped_any = false;
+            let mut queued: Vec<Entry> = Vec::new();
+            {
+                // SAFETY: no fiber runs now; loop-only borrow.
+                let local = unsafe { &mut *self.local.get() };
+                while let Some(e) = local.pop() {
+                    queued.push(e);
+                }
+            }
+            queued.extend(self.shared().inbox.drain_all());
+            queued.extend(self.sched.global.drain_all());
+            for entry in queued {
+                if !entry.fiber.header.is_started() {
+                    fiber::discard_unstarted(&entry.fiber);
+                    self.sched.live.0.fetch_sub(1, Ordering::AcqRel);
+                    self.sched.stopped.fetch_add(1, Ordering::Relaxed);
+                    stopped_any = true;
+                }
+                // Started ones are in the live table, stopped below.
+            }
+            // SAFETY: no fiber runs now; the borrow ends before `stop`.
+            let live = unsafe { &mut *self.live.get() }.drain();
+            for f in live {
+                stopped_any = true;
+                self.current.set(&f);
+                // SAFETY: this worker owns `f`; it is not running, and any
+                // queue entry for it was dropped above.
+                let stack = unsafe { fiber::stop(&f) };
+                self.current.set(std::ptr::null());
+                if let Some(stack) = stack {
+                    // SAFETY: loop-only borrow.
+                    unsafe { &mut *self.pool.get() }.put(stack);
+                }
+                f.header.complete(true);
+                self.sched.live.0.fetch_sub(1, Ordering::AcqRel);
+                self.sched.stopped.fetch_add(1, Ordering::Relaxed);
+            }
+            if !stopped_any {
+                return;
+            }
+        }
+    }
+}
+
+/// Merges stamp-ordered `batch` into stamp-ordered `local`.
+fn merge_into(local: &mut LocalQueue, batch: &mut Vec<Entry>) {
+    if local.len() == 0 || batch.last().is_some_and(|e| e.stamp <= local.head_stamp()) {
+        local.prepend(batch);
+        return;
+    }
+    let mut existing = Vec::with_capacity(local.len());
+    while let Some(e) = local.pop() {
+        existing.push(e);
+    }
+    let mut merged = Vec::with_capacity(existing.len() + batch.len());
+    let (mut a, mut b) = (existing.into_iter().peekable(), batch.drain(..).peekable());
+    loop {
+        let take_a = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) => x.stamp <= y.stamp,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => break,
+        };
+        merged.push(if take_a { a.next() } else { b.next() }.expect("peeked"));
+    }
+    local.prepend(&mut merged);
+}
