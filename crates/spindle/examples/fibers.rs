@@ -27,7 +27,10 @@ fn main() {
             .collect();
         let sum: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
         assert_eq!(sum, 99_999 * 100_000 / 2);
-        println!("100000 fibers spawned, yielded, joined in {:?}", start.elapsed());
+        println!(
+            "100000 fibers spawned, yielded, joined in {:?}",
+            start.elapsed()
+        );
 
         // 2. Ping-pong: two fibers wake each other 100 000 times.
         let start = Instant::now();
@@ -63,8 +66,16 @@ fn main() {
         "stats: live {} | steals {} | dispatches per worker {:?} | pooled stacks {:?}",
         summary.live_fibers,
         summary.steals(),
-        summary.workers.iter().map(|w| w.dispatches).collect::<Vec<_>>(),
-        summary.workers.iter().map(|w| w.stacks_pooled).collect::<Vec<_>>()
+        summary
+            .workers
+            .iter()
+            .map(|w| w.dispatches)
+            .collect::<Vec<_>>(),
+        summary
+            .workers
+            .iter()
+            .map(|w| w.stacks_pooled)
+            .collect::<Vec<_>>()
     );
     let stopped = rt.shutdown();
     println!("shutdown stopped {stopped} fibers");

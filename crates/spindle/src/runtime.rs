@@ -299,9 +299,9 @@ impl Runtime {
 fn discard_leftovers(sched: &Scheduler, entries: Vec<crate::sched::queue::Entry>) {
     for e in entries {
         if !e.fiber.header.is_started() {
-            fiber::discard_unstarted(&e.fiber);
             sched.live.0.fetch_sub(1, Ordering::AcqRel);
             sched.stopped.fetch_add(1, Ordering::Relaxed);
+            fiber::discard_unstarted(&e.fiber);
         }
     }
 }

@@ -374,9 +374,7 @@ pub(crate) unsafe fn resume(fiber: &FiberRef, pool: &mut stack::StackPool) -> Ou
     match result {
         Some(Switch::Yield) => Outcome::Yielded,
         Some(Switch::Park) => Outcome::Parked,
-        None => Outcome::Finished(Some(
-            context.take().expect("context present").into_stack(),
-        )),
+        None => Outcome::Finished(Some(context.take().expect("context present").into_stack())),
     }
 }
 
@@ -588,7 +586,12 @@ impl<T> JoinHandle<T> {
                 unsafe { *header.join_waiter.get() = Some(Waiter::current()) };
                 if header
                     .state
-                    .compare_exchange(s, s | state::JOIN_WAITER, Ordering::AcqRel, Ordering::Acquire)
+                    .compare_exchange(
+                        s,
+                        s | state::JOIN_WAITER,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
                     .is_err()
                 {
                     // COMPLETE (or STARTED) changed meanwhile: retract, retry.

@@ -163,10 +163,10 @@ extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut l
             if let Some(name) = fiber.name.as_deref() {
                 let _ = write!(line, " \"{name}\"");
             }
-            let _ = write!(
+            let _ = writeln!(
                 line,
                 " overflowed its {} KiB stack (raise it with Builder::stack_size \
-                 or RuntimeBuilder::stack_size)\n",
+                 or RuntimeBuilder::stack_size)",
                 size >> 10
             );
             // SAFETY: write(2) and abort(3) are async-signal-safe.
@@ -179,11 +179,11 @@ extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut l
     // Not ours: hand the fault to whoever was there before.
     // SAFETY: PREVIOUS_* were written before this handler was installed and
     // are never written again.
-    let previous = unsafe {
+    let previous: libc::sigaction = unsafe {
         if sig == libc::SIGBUS {
-            (*(&raw const PREVIOUS_BUS)).assume_init_ref()
+            std::ptr::read(&raw const PREVIOUS_BUS).assume_init()
         } else {
-            (*(&raw const PREVIOUS_SEGV)).assume_init_ref()
+            std::ptr::read(&raw const PREVIOUS_SEGV).assume_init()
         }
     };
     match previous.sa_sigaction {

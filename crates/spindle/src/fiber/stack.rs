@@ -144,7 +144,7 @@ impl SizeClass {
 
     fn map_region(&self, carve: &mut Carve) -> io::Result<usize> {
         let slot = self.slot_size();
-        let slots = (REGION_BYTES / slot).clamp(8, 4096);
+        let slots = (REGION_BYTES / slot).clamp(2, 4096);
         let len = slots * slot;
         // SAFETY: an anonymous private mapping at an address the kernel picks
         // aliases nothing; the result is checked before use.
@@ -333,11 +333,6 @@ fn install_guard(addr: usize, len: usize) -> io::Result<()> {
     } else {
         Err(explain_alloc_failure(io::Error::last_os_error(), 0))
     }
-}
-
-/// Whether guards are installed with `MADV_GUARD_INSTALL` (else `mprotect`).
-pub fn guards_use_madvise() -> bool {
-    GUARD_BY_MADVISE.load(Ordering::Relaxed)
 }
 
 /// Turns an `ENOMEM` from mmap/mprotect into a message that names the limit.

@@ -253,8 +253,9 @@ impl Worker {
                 }
                 // SAFETY: loop-only borrow.
                 unsafe { &mut *self.live.get() }.remove(&fiber);
-                header.complete(false);
+                // Counters first: a joiner woken by `complete` sees them.
                 self.sched.live.0.fetch_sub(1, Ordering::AcqRel);
+                header.complete(false);
             }
         }
     }
@@ -349,9 +350,9 @@ impl Worker {
             queued.extend(self.sched.global.drain_all());
             for entry in queued {
                 if !entry.fiber.header.is_started() {
-                    fiber::discard_unstarted(&entry.fiber);
                     self.sched.live.0.fetch_sub(1, Ordering::AcqRel);
                     self.sched.stopped.fetch_add(1, Ordering::Relaxed);
+                    fiber::discard_unstarted(&entry.fiber);
                     stopped_any = true;
                 }
                 // Started ones are in the live table, stopped below.
@@ -369,9 +370,9 @@ impl Worker {
                     // SAFETY: loop-only borrow.
                     unsafe { &mut *self.pool.get() }.put(stack);
                 }
-                f.header.complete(true);
                 self.sched.live.0.fetch_sub(1, Ordering::AcqRel);
                 self.sched.stopped.fetch_add(1, Ordering::Relaxed);
+                f.header.complete(true);
             }
             if !stopped_any {
                 return;

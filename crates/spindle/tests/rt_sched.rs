@@ -1,0 +1,98 @@
+//! Service order: FIFO stamps, yielding, fairness on one worker.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use spindle::Runtime;
+
+#[test]
+fn yielding_fibers_on_one_worker_run_round_robin() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let order = rt.block_on(|| {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let handles: Vec<_> = (0..3)
+            .map(|id| {
+                let log = log.clone();
+                spindle::spawn(move || {
+                    for round in 0..3 {
+                        log.lock().unwrap().push((round, id));
+                        spindle::yield_now();
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        Arc::try_unwrap(log).unwrap().into_inner().unwrap()
+    });
+    let expected: Vec<_> = (0..3)
+        .flat_map(|round| (0..3).map(move |id| (round, id)))
+        .collect();
+    assert_eq!(order, expected);
+}
+
+#[test]
+fn a_fiber_spinning_on_yield_now_does_not_starve_new_fibers() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    rt.block_on(|| {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let spinner = spindle::spawn(move || {
+            let mut spins = 0u64;
+            while !s.load(Ordering::Relaxed) {
+                spindle::yield_now();
+                spins += 1;
+            }
+            spins
+        });
+        // Each of these must get to run while the spinner keeps yielding.
+        for i in 0..100 {
+            assert_eq!(spindle::spawn(move || i).join().unwrap(), i);
+        }
+        stop.store(true, Ordering::Relaxed);
+        assert!(spinner.join().unwrap() > 0);
+    });
+}
+
+#[test]
+fn a_spawn_runs_before_a_yielder_that_yields_after_it() {
+    // The spawned fiber is stamped before the yield re-stamps the spinner,
+    // so it runs first: the spinner sees its effect after one yield.
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    rt.block_on(|| {
+        for _ in 0..100 {
+            let flag = Arc::new(AtomicBool::new(false));
+            let f = flag.clone();
+            let h = spindle::spawn(move || f.store(true, Ordering::Relaxed));
+            spindle::yield_now();
+            assert!(flag.load(Ordering::Relaxed), "the older spawn ran first");
+            h.join().unwrap();
+        }
+    });
+}
+
+#[test]
+fn a_woken_fiber_goes_back_to_its_own_worker() {
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    rt.block_on(|| {
+        let handles: Vec<_> = (0..64)
+            .map(|_| {
+                spindle::spawn(|| {
+                    let home = spindle::worker_id();
+                    for _ in 0..50 {
+                        let me = spindle::current().unwrap();
+                        // Woken from the other side of the runtime, or a
+                        // plain thread: must come back home.
+                        std::thread::spawn(move || me.unpark());
+                        spindle::park();
+                        assert_eq!(spindle::worker_id(), home);
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    });
+}
