@@ -3,7 +3,7 @@
 use std::io;
 
 use crate::fiber::JoinHandle;
-use crate::runtime::{current_or_panic, spawn_on, spawn_pinned, Runtime};
+use crate::runtime::{spawn_here, spawn_on, spawn_pinned, Runtime};
 
 /// Configures a fiber before spawning it, like `std::thread::Builder`.
 ///
@@ -57,8 +57,7 @@ impl Builder {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        let sched = current_or_panic("spindle::Builder::spawn");
-        spawn_on(&sched, self.name, self.stack_size, f)
+        spawn_here("spindle::Builder::spawn", self.name, self.stack_size, f)
     }
 
     /// Spawns on `rt`, from any thread.

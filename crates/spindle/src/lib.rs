@@ -108,8 +108,7 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    let sched = runtime::current_or_panic("spindle::spawn");
-    runtime::spawn_or_panic(runtime::spawn_on(&sched, None, None, f))
+    runtime::spawn_or_panic(runtime::spawn_here("spindle::spawn", None, None, f))
 }
 
 /// Spawns a fiber for a `!Send` closure, pinned to the current worker.
@@ -187,6 +186,15 @@ pub fn current() -> Option<Fiber> {
 /// ```
 pub fn worker_id() -> Option<usize> {
     sched::worker::current_worker_index()
+}
+
+/// Hooks for `bench/`; not part of the API.
+#[doc(hidden)]
+pub mod __bench {
+    /// Time for `pairs` suspend+resume pairs on a Spindle stack.
+    pub fn switch_pairs(pairs: u64) -> std::time::Duration {
+        crate::fiber::time_switch_pairs(pairs)
+    }
 }
 
 /// Counters of the current fiber's runtime, or `None` outside one.

@@ -299,7 +299,7 @@ impl Runtime {
 fn discard_leftovers(sched: &Scheduler, entries: Vec<crate::sched::queue::Entry>) {
     for e in entries {
         if !e.fiber.header.is_started() {
-            sched.live.0.fetch_sub(1, Ordering::AcqRel);
+            sched.count_finished_elsewhere();
             sched.stopped.fetch_add(1, Ordering::Relaxed);
             fiber::discard_unstarted(&e.fiber);
         }
@@ -316,14 +316,14 @@ impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Runtime")
             .field("workers", &self.sched.workers.len())
-            .field("live_fibers", &self.sched.live.0.load(Ordering::Relaxed))
+            .field("live_fibers", &self.sched.live_fibers())
             .finish()
     }
 }
 
 pub(crate) fn stats_of(sched: &Scheduler) -> Stats {
     Stats {
-        live_fibers: sched.live.0.load(Ordering::Relaxed),
+        live_fibers: sched.live_fibers(),
         global_queued: sched.global.len(),
         workers: sched
             .workers
@@ -372,7 +372,7 @@ where
         )
     });
     let (fiber, handle) = allocate(&sched, name, stack_size, index, f)?;
-    sched.submit_pinned(fiber, index);
+    sched.submit_new(fiber);
     Ok(handle)
 }
 
@@ -394,22 +394,47 @@ where
         Some(n) => size_class(round_stack_size(n)),
         None => sched.config.stack_class,
     };
-    let reservation = class.reserve().map_err(|e| {
-        let live = sched.live.0.load(Ordering::Relaxed);
+    let claimed = match worker::reserve_here(sched, class) {
+        Some(claimed) => claimed,
+        None => {
+            let claimed = class.reserve().map(|r| (r, fiber::take_ids(1)));
+            if claimed.is_ok() {
+                sched.count_spawned_elsewhere();
+            }
+            claimed
+        }
+    };
+    let (reservation, id) = claimed.map_err(|e| {
+        let live = sched.live_fibers();
         io::Error::new(e.kind(), format!("{e} ({live} fibers live)"))
     })?;
-    sched.live.0.fetch_add(1, Ordering::AcqRel);
-    Ok(fiber::new_fiber(f, name, sched.clone(), owner, reservation))
+    Ok(fiber::new_fiber(
+        id,
+        f,
+        name,
+        sched.clone(),
+        owner,
+        reservation,
+    ))
 }
 
 pub(crate) fn spawn_or_panic<T>(spawned: io::Result<JoinHandle<T>>) -> JoinHandle<T> {
     spawned.unwrap_or_else(|e| panic!("spindle: cannot create a fiber: {e}"))
 }
 
-/// The scheduler of the fiber calling this, or a panic naming the fix.
-pub(crate) fn current_or_panic(what: &str) -> Arc<Scheduler> {
-    match worker::current_scheduler() {
-        Some((sched, _)) => sched,
+/// Spawns on the calling fiber's runtime, or panics naming the fix.
+pub(crate) fn spawn_here<F, T>(
+    what: &str,
+    name: Option<String>,
+    stack_size: Option<usize>,
+    f: F,
+) -> io::Result<JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    match worker::with_current_scheduler(|sched| spawn_on(sched, name, stack_size, f)) {
+        Some(spawned) => spawned,
         None => panic!(
             "{what} called outside a spindle runtime; call it from a fiber \
              (inside spindle::run or Runtime::block_on), or use Runtime::spawn"

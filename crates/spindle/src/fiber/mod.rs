@@ -12,7 +12,7 @@
 //! # Lifecycle (`FiberHeader::state`)
 //!
 //! ```text
-//!   spawned ──first run──▶ STARTED ──returns/panics──▶ COMPLETE
+//!   spawned ──first run──▶ started ──returns/panics──▶ COMPLETE
 //!      └──────runtime stopped before it ran──────────▶ COMPLETE (no result)
 //! ```
 //!
@@ -51,10 +51,10 @@ use std::cell::{Cell, UnsafeCell};
 use std::fmt;
 use std::marker::PhantomData;
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-pub(crate) use context::{Context, Switch};
+pub(crate) use context::{time_switch_pairs, Context, Switch};
 use stack::{Reservation, SizeClass};
 
 use crate::sched::{park::Waiter, Scheduler};
@@ -70,8 +70,6 @@ pub(crate) struct FiberCore<B: ?Sized> {
 
 /// Lifecycle bits of [`FiberHeader::state`].
 pub(crate) mod state {
-    /// The fiber has been resumed at least once.
-    pub(crate) const STARTED: u8 = 1;
     /// Finished: returned, panicked, or stopped; `join` may read the result.
     pub(crate) const COMPLETE: u8 = 2;
     /// A joiner stored its waiter in `join_waiter`.
@@ -97,6 +95,9 @@ pub(crate) struct FiberHeader {
     pub(crate) owner: AtomicUsize,
     park: AtomicU8,
     state: AtomicU8,
+    /// Set by the owner worker at the first run (kept apart from `state`
+    /// so that setting it needs no read-modify-write).
+    started: AtomicBool,
     join_waiter: UnsafeCell<Option<Waiter>>,
     /// Stack class chosen at spawn and the claim on it, taken at first run.
     pub(crate) stack_class: &'static SizeClass,
@@ -136,6 +137,7 @@ impl FiberHeader {
             owner: AtomicUsize::new(owner),
             park: AtomicU8::new(EMPTY),
             state: AtomicU8::new(0),
+            started: AtomicBool::new(false),
             join_waiter: UnsafeCell::new(None),
             stack_class: reservation.class(),
             reservation: UnsafeCell::new(Some(reservation)),
@@ -152,7 +154,7 @@ impl FiberHeader {
     }
 
     pub(crate) fn is_started(&self) -> bool {
-        self.state() & state::STARTED != 0
+        self.started.load(Ordering::Acquire)
     }
 
     /// Guard start, guard length and usable stack size (zeros before the
@@ -167,9 +169,13 @@ impl FiberHeader {
 
     /// Takes the park token if present.
     fn take_token(&self) -> bool {
-        self.park
-            .compare_exchange(NOTIFIED, EMPTY, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
+        // A plain load first: the token is usually absent, and a failed
+        // compare-exchange still costs a locked instruction.
+        self.park.load(Ordering::Acquire) == NOTIFIED
+            && self
+                .park
+                .compare_exchange(NOTIFIED, EMPTY, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
     }
 
     /// Called by the worker after the fiber switched out with
@@ -201,7 +207,7 @@ impl FiberHeader {
     }
 
     fn mark_started(&self) {
-        self.state.fetch_or(state::STARTED, Ordering::AcqRel);
+        self.started.store(true, Ordering::Release);
     }
 }
 
@@ -276,8 +282,14 @@ where
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// Takes `n` fresh fiber ids; returns the first.
+pub(crate) fn take_ids(n: u64) -> u64 {
+    NEXT_ID.fetch_add(n, Ordering::Relaxed)
+}
+
 /// Allocates a fiber (not yet queued). `owner` pins it (`spawn_local`).
 pub(crate) fn new_fiber<F, T>(
+    id: u64,
     f: F,
     name: Option<String>,
     sched: Arc<Scheduler>,
@@ -288,7 +300,6 @@ where
     F: FnOnce() -> T + 'static,
     T: 'static,
 {
-    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let core: Arc<FiberCore<TaskBody<F, T>>> = Arc::new(FiberCore {
         header: FiberHeader::new(
             id,
@@ -330,51 +341,64 @@ pub(crate) enum Outcome {
     Finished(Option<stack::FiberStack>),
 }
 
-/// Resumes `fiber` on the calling worker until it switches back.
+/// Gives a fiber its stack and context at its first run, on the worker
+/// that now owns it. Returns false if no stack could be had: the fiber is
+/// then finished (its closure dropped, the failure reported on stderr) and
+/// must be retired without being resumed.
 ///
 /// # Safety
 ///
-/// Must be called by the fiber's owner worker (or, for an unstarted fiber,
-/// the worker that just became its owner), never concurrently with itself
-/// for the same fiber, and not from inside a fiber.
-pub(crate) unsafe fn resume(fiber: &FiberRef, pool: &mut stack::StackPool) -> Outcome {
+/// Must be called once, by the fiber's new owner worker, outside any fiber.
+pub(crate) unsafe fn prepare(fiber: &FiberRef, pool: &mut stack::StackPool) -> bool {
+    let header = &fiber.header;
+    // SAFETY: first run by the owner: `reservation` is ours to take.
+    let reservation = unsafe { (*header.reservation.get()).take() }
+        .expect("an unstarted fiber holds its stack reservation");
+    let stack = match header.stack_class.take(reservation, pool) {
+        Ok(stack) => stack,
+        Err(e) => {
+            // The reservation promised a slot; only a guard install can fail
+            // here. Loud, and the fiber ends without a result.
+            eprintln!(
+                "spindle: fiber {} could not get its stack at first run: {e}",
+                header.id
+            );
+            fiber.body.discard();
+            return false;
+        }
+    };
+    header
+        .guard_start
+        .store(stack.guard_start(), Ordering::Relaxed);
+    header.guard_len.store(stack.guard_len(), Ordering::Relaxed);
+    debug_assert_eq!(stack.usable_size(), header.stack_class.stack_size);
+    let body: *const FiberCore<dyn Task> = Arc::as_ptr(fiber);
+    // SAFETY: owner worker, no other reference to `context` exists.
+    unsafe { *header.context.get() = Some(Context::new(stack, body)) };
+    header.mark_started();
+    true
+}
+
+/// Resumes a prepared fiber on the calling worker until it switches back.
+///
+/// # Safety
+///
+/// Must be called by the fiber's owner worker, never concurrently with
+/// itself for the same fiber, and not from inside a fiber.
+#[inline]
+pub(crate) unsafe fn resume(fiber: &FiberRef) -> Outcome {
     let header = &fiber.header;
     // SAFETY: the caller is the owner worker; nobody else touches `context`.
     let context = unsafe { &mut *header.context.get() };
-    if context.is_none() {
-        // SAFETY: first run by the owner: `reservation` is ours to take.
-        let reservation = unsafe { (*header.reservation.get()).take() }
-            .expect("an unstarted fiber holds its stack reservation");
-        let stack = match header.stack_class.take(reservation, pool) {
-            Ok(stack) => stack,
-            Err(e) => {
-                // The reservation promised a slot; only a guard install can
-                // fail here. Loud, and the fiber ends as if it panicked.
-                let msg = format!(
-                    "spindle: fiber {} could not get its stack at first run: {e}",
-                    header.id
-                );
-                eprintln!("{msg}");
-                fiber.body.discard();
-                return Outcome::Finished(None);
-            }
-        };
-        header
-            .guard_start
-            .store(stack.guard_start(), Ordering::Relaxed);
-        header.guard_len.store(stack.guard_len(), Ordering::Relaxed);
-        debug_assert_eq!(stack.usable_size(), header.stack_class.stack_size);
-        let body: *const FiberCore<dyn Task> = Arc::as_ptr(fiber);
-        *context = Some(Context::new(stack, body));
-        header.mark_started();
-    }
     let prev = RUNNING.with(|r| r.replace(header));
-    let result = context.as_mut().expect("context present").resume();
+    let result = context.as_mut().expect("a prepared fiber").resume();
     RUNNING.with(|r| r.set(prev));
     match result {
         Some(Switch::Yield) => Outcome::Yielded,
         Some(Switch::Park) => Outcome::Parked,
-        None => Outcome::Finished(Some(context.take().expect("context present").into_stack())),
+        None => Outcome::Finished(Some(
+            context.take().expect("context present").into_stack(),
+        )),
     }
 }
 
@@ -575,6 +599,13 @@ impl<T> JoinHandle<T> {
     /// thread.
     pub fn join(self) -> Result<T, JoinError> {
         let header = &self.fiber.core.header;
+        // Fork/join fast path: a fiber that has not started yet was stamped
+        // before this join, so one yield lets it run first (FIFO order). It
+        // usually finishes meanwhile, and the waiter registration and the
+        // park below are skipped. If it is not done, we park as usual.
+        if !header.is_started() && header.state() & state::COMPLETE == 0 {
+            crate::yield_now();
+        }
         loop {
             let s = header.state.load(Ordering::Acquire);
             if s & state::COMPLETE != 0 {
@@ -594,7 +625,7 @@ impl<T> JoinHandle<T> {
                     )
                     .is_err()
                 {
-                    // COMPLETE (or STARTED) changed meanwhile: retract, retry.
+                    // COMPLETE was set meanwhile: retract, retry.
                     // SAFETY: the bit is still clear; the cell is still ours.
                     unsafe { *header.join_waiter.get() = None };
                     continue;

@@ -122,24 +122,30 @@ impl SizeClass {
     /// The error names the limit that was hit (`vm.max_map_count`,
     /// `RLIMIT_AS`, memory) rather than a bare `ENOMEM`.
     pub(crate) fn reserve(&'static self) -> io::Result<Reservation> {
-        if self.headroom.fetch_sub(1, Ordering::AcqRel) > 0 {
-            return Ok(Reservation { class: self });
+        self.claim(1)?;
+        Ok(Reservation { class: self })
+    }
+
+    /// Claims `n` stacks at once (a worker's credit cache).
+    fn claim(&'static self, n: usize) -> io::Result<()> {
+        let n = n as isize;
+        if self.headroom.fetch_sub(n, Ordering::AcqRel) >= n {
+            return Ok(());
         }
         let mut carve = self.carve.lock().unwrap_or_else(|e| e.into_inner());
-        // Another spawn may have mapped a region while we waited for the lock.
-        if self.headroom.load(Ordering::Acquire) >= 0 {
-            return Ok(Reservation { class: self });
-        }
-        match self.map_region(&mut carve) {
-            Ok(slots) => {
-                self.headroom.fetch_add(slots as isize, Ordering::AcqRel);
-                Ok(Reservation { class: self })
-            }
-            Err(e) => {
-                self.headroom.fetch_add(1, Ordering::AcqRel);
-                Err(e)
+        // Other claims may have mapped regions while we waited for the lock.
+        while self.headroom.load(Ordering::Acquire) < 0 {
+            match self.map_region(&mut carve) {
+                Ok(slots) => {
+                    self.headroom.fetch_add(slots as isize, Ordering::AcqRel);
+                }
+                Err(e) => {
+                    self.headroom.fetch_add(n, Ordering::AcqRel);
+                    return Err(e);
+                }
             }
         }
+        Ok(())
     }
 
     fn map_region(&self, carve: &mut Carve) -> io::Result<usize> {
@@ -185,7 +191,7 @@ impl SizeClass {
         if let Some(stack) = pool.pop(self) {
             // The pooled stack was never counted in headroom: give back the
             // claim this fiber held on the class.
-            drop(reservation);
+            pool.return_credit(reservation);
             return Ok(stack);
         }
         std::mem::forget(reservation);
@@ -383,23 +389,64 @@ pub(crate) fn human_size(bytes: usize) -> String {
     }
 }
 
-/// A worker's pool of finished fibers' stacks, for reuse by the next fiber.
+/// Claims a worker takes from its runtime's default class at a time.
+const CREDIT_BATCH: usize = 64;
+
+/// A worker's pool of finished fibers' stacks, for reuse by the next fiber,
+/// and its cache of claims on the runtime's default class (so a spawn on a
+/// worker takes a reservation without touching the shared counter).
 pub(crate) struct StackPool {
     stacks: Vec<FiberStack>,
     max: usize,
     last_trim: Instant,
     /// Published for `stats()`.
     pub(crate) pooled: AtomicUsize,
+    credit_class: &'static SizeClass,
+    credits: usize,
 }
 
 impl StackPool {
-    pub(crate) fn new(max: usize) -> StackPool {
+    pub(crate) fn new(max: usize, credit_class: &'static SizeClass) -> StackPool {
         StackPool {
             stacks: Vec::new(),
             max,
             last_trim: Instant::now(),
             pooled: AtomicUsize::new(0),
+            credit_class,
+            credits: 0,
         }
+    }
+
+    /// A reservation on `class`, from the credit cache when it is the
+    /// default class.
+    pub(crate) fn reserve(&mut self, class: &'static SizeClass) -> io::Result<Reservation> {
+        if !std::ptr::eq(class, self.credit_class) {
+            return class.reserve();
+        }
+        if self.credits == 0 {
+            if class.claim(CREDIT_BATCH).is_err() {
+                // Near a limit: claim one, for the precise error.
+                return class.reserve();
+            }
+            self.credits = CREDIT_BATCH;
+        }
+        self.credits -= 1;
+        Ok(Reservation { class })
+    }
+
+    /// Takes back a claim that turned out not to need a new slot.
+    fn return_credit(&mut self, reservation: Reservation) {
+        if std::ptr::eq(reservation.class, self.credit_class) {
+            std::mem::forget(reservation);
+            self.credits += 1;
+            if self.credits > 2 * CREDIT_BATCH {
+                self.credits -= CREDIT_BATCH;
+                self.credit_class
+                    .headroom
+                    .fetch_add(CREDIT_BATCH as isize, Ordering::AcqRel);
+            }
+        }
+        // else: dropping gives the claim back to its class.
     }
 
     fn pop(&mut self, class: &'static SizeClass) -> Option<FiberStack> {
@@ -437,5 +484,14 @@ impl StackPool {
 
     pub(crate) fn len(&self) -> usize {
         self.stacks.len()
+    }
+}
+
+impl Drop for StackPool {
+    fn drop(&mut self) {
+        self.credit_class
+            .headroom
+            .fetch_add(self.credits as isize, Ordering::AcqRel);
+        self.credits = 0;
     }
 }

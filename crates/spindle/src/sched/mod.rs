@@ -34,11 +34,21 @@
 //! # Sleeping
 //!
 //! A worker with nothing to run and nothing to steal sleeps (`worker.rs`,
-//! zero CPU) after announcing it in its `SleepState`; pushers check that
-//! state after their push (a SeqCst fence on both sides: a push cannot slip
-//! between the sleeper's last look and its sleep). A spawn on a busy worker
-//! wakes one sleeper when nobody is already searching for work, so spawned
-//! fibers spread.
+//! zero CPU) after announcing it in its sleep state; pushers that a sleeper
+//! must not miss (the global queue, wakes of its own fibers) check that
+//! state after their push, with a SeqCst fence on both sides, so a push
+//! cannot slip between the sleeper's last look and its sleep.
+//!
+//! # Spreading spawned fibers
+//!
+//! A spawn made on a worker goes to that worker's *local* queue — no lock —
+//! unless some worker sleeps, in which case it goes to the inbox, where a
+//! thief can see it, and one sleeper is woken. A worker that keeps finding
+//! sleepers while it has a local backlog of unstarted fibers *sheds* half of
+//! it to its inbox every [`worker::SHED_EVERY`] dispatches and wakes a
+//! sleeper. So a fork/join loop with nobody idle touches no shared state
+//! but the stamp clock, and idle workers still get work. A missed wake costs
+//! parallelism, never progress: the spawning worker runs its own backlog.
 //!
 //! # Rejected
 //!
@@ -80,10 +90,11 @@ pub(crate) struct Scheduler {
     pub(crate) workers: Box<[WorkerShared]>,
     pub(crate) global: SharedQueue,
     clock: CachePadded<AtomicU64>,
-    /// Fibers spawned and not yet finished.
-    pub(crate) live: CachePadded<AtomicUsize>,
-    sleepers: AtomicUsize,
-    searching: AtomicUsize,
+    /// Fibers spawned, and finished, by threads that are not this runtime's
+    /// workers (workers count their own in `WorkerShared`).
+    spawned_elsewhere: AtomicU64,
+    finished_elsewhere: AtomicU64,
+    pub(crate) sleepers: AtomicUsize,
     pub(crate) shutdown: AtomicBool,
     /// Workers still running their loop; shutdown waits for zero.
     pub(crate) running_workers: Mutex<usize>,
@@ -99,6 +110,10 @@ pub(crate) struct WorkerShared {
     thread: OnceLock<Thread>,
     pub(crate) steals: AtomicU64,
     pub(crate) dispatches: AtomicU64,
+    /// Fibers spawned on, and finished by, this worker. Written only by the
+    /// worker's thread (load + store, no read-modify-write).
+    pub(crate) spawned: AtomicU64,
+    pub(crate) finished: AtomicU64,
     pub(crate) local_len: AtomicUsize,
     pub(crate) stacks_pooled: AtomicUsize,
     /// Id of the fiber the worker is running (0: none), for diagnostics.
@@ -116,6 +131,8 @@ impl WorkerShared {
             thread: OnceLock::new(),
             steals: AtomicU64::new(0),
             dispatches: AtomicU64::new(0),
+            spawned: AtomicU64::new(0),
+            finished: AtomicU64::new(0),
             local_len: AtomicUsize::new(0),
             stacks_pooled: AtomicUsize::new(0),
             running_fiber: AtomicU64::new(0),
@@ -132,9 +149,9 @@ impl Scheduler {
             workers,
             global: SharedQueue::new(),
             clock: CachePadded(AtomicU64::new(0)),
-            live: CachePadded(AtomicUsize::new(0)),
+            spawned_elsewhere: AtomicU64::new(0),
+            finished_elsewhere: AtomicU64::new(0),
             sleepers: AtomicUsize::new(0),
-            searching: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
             workers_done: Condvar::new(),
             stopped: AtomicUsize::new(0),
@@ -151,32 +168,36 @@ impl Scheduler {
         self.shutdown.load(Ordering::Acquire)
     }
 
-    /// Queues a newly spawned fiber: on the spawning worker's inbox when
-    /// called on one of this scheduler's workers, else on the global queue.
-    pub(crate) fn submit_new(&self, fiber: FiberRef) {
-        match worker::current_index(self) {
-            Some(index) => {
-                self.workers[index].inbox.push(fiber, || self.stamp());
-                fence(Ordering::SeqCst);
-                // Let an idle worker come and steal, unless one is already
-                // looking for work.
-                if self.sleepers.load(Ordering::Relaxed) > 0
-                    && self.searching.load(Ordering::Relaxed) == 0
-                {
-                    self.wake_one_sleeper();
-                }
-            }
-            None => {
-                self.global.push(fiber, || self.stamp());
-                fence(Ordering::SeqCst);
-                self.wake_one_sleeper();
-            }
+    /// Fibers spawned and not yet finished (running, runnable or parked).
+    pub(crate) fn live_fibers(&self) -> usize {
+        let mut spawned = self.spawned_elsewhere.load(Ordering::Acquire);
+        let mut finished = self.finished_elsewhere.load(Ordering::Acquire);
+        for w in self.workers.iter() {
+            spawned += w.spawned.load(Ordering::Acquire);
+            finished += w.finished.load(Ordering::Acquire);
         }
+        spawned.saturating_sub(finished) as usize
     }
 
-    /// Queues a pinned new fiber (`spawn_local`) on worker `index`'s inbox.
-    pub(crate) fn submit_pinned(&self, fiber: FiberRef, index: usize) {
-        self.workers[index].inbox.push(fiber, || self.stamp());
+    /// Counts a spawn made off the workers.
+    pub(crate) fn count_spawned_elsewhere(&self) {
+        self.spawned_elsewhere.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Counts a fiber retired off the workers (shutdown leftovers).
+    pub(crate) fn count_finished_elsewhere(&self) {
+        self.finished_elsewhere.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Queues a newly spawned fiber: on the spawning worker's own queues
+    /// when called on one of this scheduler's workers, else on the global
+    /// queue (waking a sleeping worker for it).
+    pub(crate) fn submit_new(&self, fiber: FiberRef) {
+        if let Err(fiber) = worker::push_new_here(self, fiber) {
+            self.global.push(fiber, || self.stamp());
+            fence(Ordering::SeqCst);
+            self.wake_one_sleeper();
+        }
     }
 
     /// Pushes a woken fiber to its owner from another thread.
@@ -194,14 +215,13 @@ impl Scheduler {
             && w.sleep.swap(AWAKE, Ordering::SeqCst) == SLEEPING
         {
             self.sleepers.fetch_sub(1, Ordering::SeqCst);
-            self.searching.fetch_add(1, Ordering::SeqCst);
             if let Some(t) = w.thread.get() {
                 t.unpark();
             }
         }
     }
 
-    fn wake_one_sleeper(&self) {
+    pub(crate) fn wake_one_sleeper(&self) {
         if self.sleepers.load(Ordering::SeqCst) == 0 {
             return;
         }

@@ -42,6 +42,8 @@ impl Entry {
 pub(crate) struct LocalQueue {
     entries: VecDeque<Entry>,
     published_len: AtomicUsize,
+    /// Entries that another worker could run (unstarted, unpinned).
+    stealable: usize,
 }
 
 impl LocalQueue {
@@ -49,6 +51,7 @@ impl LocalQueue {
         LocalQueue {
             entries: VecDeque::with_capacity(256),
             published_len: AtomicUsize::new(0),
+            stealable: 0,
         }
     }
 
@@ -56,15 +59,48 @@ impl LocalQueue {
         self.entries.front().map_or(NO_STAMP, |e| e.stamp)
     }
 
+    #[inline]
     pub(crate) fn push(&mut self, entry: Entry) {
+        self.stealable += entry.stealable() as usize;
         self.entries.push_back(entry);
         self.publish();
     }
 
+    #[inline]
     pub(crate) fn pop(&mut self) -> Option<Entry> {
-        let e = self.entries.pop_front();
+        let e = self.entries.pop_front()?;
+        self.stealable -= e.stealable() as usize;
         self.publish();
-        e
+        Some(e)
+    }
+
+    /// Fibers another worker could run.
+    pub(crate) fn stealable(&self) -> usize {
+        self.stealable
+    }
+
+    /// Removes the newest half of the stealable entries (those that would
+    /// wait longest here), in stamp order, to hand to idle workers.
+    pub(crate) fn take_stealable_half(&mut self) -> Vec<Entry> {
+        let want = self.stealable / 2;
+        let mut taken = Vec::with_capacity(want);
+        if want == 0 {
+            return taken;
+        }
+        let mut kept = VecDeque::with_capacity(self.entries.len());
+        // Walk from the back so the newest stealable ones are taken.
+        while let Some(e) = self.entries.pop_back() {
+            if taken.len() < want && e.stealable() {
+                taken.push(e);
+            } else {
+                kept.push_front(e);
+            }
+        }
+        self.entries = kept;
+        self.stealable -= taken.len();
+        taken.reverse();
+        self.publish();
+        taken
     }
 
     /// Puts entries that are all older than the current head in front of
@@ -72,6 +108,7 @@ impl LocalQueue {
     pub(crate) fn prepend(&mut self, older: &mut Vec<Entry>) {
         while let Some(e) = older.pop() {
             debug_assert!(e.stamp <= self.head_stamp());
+            self.stealable += e.stealable() as usize;
             self.entries.push_front(e);
         }
         self.publish();
@@ -191,6 +228,19 @@ impl SharedQueue {
         self.stealable.fetch_sub(taken, Ordering::Relaxed);
         self.publish(&q);
         taken
+    }
+
+    /// Merges stamp-ordered `batch` into the queue, keeping stamp order.
+    pub(crate) fn merge(&self, batch: Vec<Entry>) {
+        let mut q = self.lock();
+        for e in batch {
+            if e.stealable() {
+                self.stealable.fetch_add(1, Ordering::Relaxed);
+            }
+            let at = q.partition_point(|x| x.stamp <= e.stamp);
+            q.insert(at, e);
+        }
+        self.publish(&q);
     }
 
     /// Empties the queue (shutdown).

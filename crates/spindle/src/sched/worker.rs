@@ -30,6 +30,13 @@ use crate::fiber::{self, FiberRef, Outcome};
 /// Most entries moved from a shared queue to the local one per lock.
 const BATCH: usize = 32;
 
+/// A worker with a local backlog of unstarted fibers looks for sleeping
+/// workers to hand half of it to every this many dispatches.
+pub(crate) const SHED_EVERY: u64 = 64;
+
+/// Fiber ids a worker takes from the global counter at a time.
+const ID_BLOCK: u64 = 1024;
+
 /// A worker's private state.
 pub(crate) struct Worker {
     sched: Arc<Scheduler>,
@@ -40,6 +47,9 @@ pub(crate) struct Worker {
     batch: UnsafeCell<Vec<Entry>>,
     /// The fiber being resumed (points at the loop's own `FiberRef`).
     current: Cell<*const FiberRef>,
+    /// Next fiber id to hand out and the end of this worker's id block.
+    ids: Cell<(u64, u64)>,
+    dispatches: Cell<u64>,
 }
 
 thread_local! {
@@ -66,6 +76,11 @@ pub(crate) fn current_index(sched: &Scheduler) -> Option<usize> {
 /// The calling worker's scheduler and index.
 pub(crate) fn current_scheduler() -> Option<(Arc<Scheduler>, usize)> {
     with_worker(|w| w.map(|w| (w.sched.clone(), w.index)))
+}
+
+/// Runs `f` with the calling worker's scheduler, without cloning it.
+pub(crate) fn with_current_scheduler<R>(f: impl FnOnce(&Arc<Scheduler>) -> R) -> Option<R> {
+    with_worker(|w| w.map(|w| f(&w.sched)))
 }
 
 /// Index of the worker running the caller, in its runtime.
@@ -104,6 +119,53 @@ pub(crate) fn push_if_owner(fiber: FiberRef, owner: usize) -> Result<(), FiberRe
             Ok(())
         }
         _ => Err(fiber),
+    })
+}
+
+/// Queues a new fiber on the calling worker if it belongs to `sched`: on
+/// the local queue, or on the inbox (waking a sleeper) when some worker
+/// sleeps and the fiber may be stolen. Hands the fiber back otherwise.
+pub(crate) fn push_new_here(sched: &Scheduler, fiber: FiberRef) -> Result<(), FiberRef> {
+    with_worker(|w| match w {
+        Some(w) if std::ptr::eq(Arc::as_ptr(&w.sched), sched) => {
+            let pinned = fiber.header.owner.load(Ordering::Relaxed) != crate::fiber::NO_OWNER;
+            if !pinned && sched.sleepers.load(Ordering::Relaxed) > 0 {
+                w.shared().inbox.push(fiber, || sched.stamp());
+                sched.wake_one_sleeper();
+            } else {
+                let stamp = sched.stamp();
+                // SAFETY: only this thread touches `local`; the loop holds no
+                // borrow of it while a fiber runs (module docs).
+                unsafe { &mut *w.local.get() }.push(Entry { stamp, fiber });
+            }
+            w.count_spawned();
+            Ok(())
+        }
+        _ => Err(fiber),
+    })
+}
+
+/// Spawn-side services of the calling worker, if it belongs to `sched`:
+/// a stack reservation from its credit cache and a fiber id from its block.
+pub(crate) fn reserve_here(
+    sched: &Scheduler,
+    class: &'static crate::fiber::stack::SizeClass,
+) -> Option<std::io::Result<(crate::fiber::stack::Reservation, u64)>> {
+    with_worker(|w| {
+        let w = w.filter(|w| std::ptr::eq(Arc::as_ptr(&w.sched), sched))?;
+        // SAFETY: the loop borrows the pool only outside `resume` (module
+        // docs), and this borrow ends before we return.
+        let reservation = match unsafe { &mut *w.pool.get() }.reserve(class) {
+            Ok(r) => r,
+            Err(e) => return Some(Err(e)),
+        };
+        let (mut next, mut end) = w.ids.get();
+        if next == end {
+            next = crate::fiber::take_ids(ID_BLOCK);
+            end = next + ID_BLOCK;
+        }
+        w.ids.set((next + 1, end));
+        Some(Ok((reservation, next)))
     })
 }
 
@@ -151,9 +213,14 @@ pub(crate) fn run(sched: Arc<Scheduler>, index: usize) {
             slots: Vec::new(),
             free: Vec::new(),
         }),
-        pool: UnsafeCell::new(StackPool::new(sched.config.max_pooled_stacks)),
+        pool: UnsafeCell::new(StackPool::new(
+            sched.config.max_pooled_stacks,
+            sched.config.stack_class,
+        )),
         batch: UnsafeCell::new(Vec::with_capacity(BATCH)),
         current: Cell::new(std::ptr::null()),
+        ids: Cell::new((0, 0)),
+        dispatches: Cell::new(0),
         sched,
     };
     WORKER.with(|w| w.set(&worker));
@@ -175,6 +242,31 @@ impl Worker {
         &self.sched.workers[self.index]
     }
 
+    /// Bumps a counter only this thread writes, without a locked RMW.
+    fn bump(counter: &std::sync::atomic::AtomicU64) {
+        counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Release);
+    }
+
+    fn count_spawned(&self) {
+        Self::bump(&self.shared().spawned);
+    }
+
+    fn count_finished(&self) {
+        Self::bump(&self.shared().finished);
+    }
+
+    /// Hands half of the local backlog of unstarted fibers to sleepers.
+    fn shed(&self) {
+        // SAFETY: loop-only borrow.
+        let local = unsafe { &mut *self.local.get() };
+        if local.stealable() < 2 || self.sched.sleepers.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let batch = local.take_stealable_half();
+        self.shared().inbox.merge(batch);
+        self.sched.wake_one_sleeper();
+    }
+
     fn run_loop(&self) {
         loop {
             if self.sched.is_shutdown() {
@@ -182,6 +274,12 @@ impl Worker {
             }
             if let Some(entry) = self.next() {
                 self.dispatch(entry.fiber);
+                let n = self.dispatches.get() + 1;
+                self.dispatches.set(n);
+                if n % SHED_EVERY == 0 {
+                    self.shared().dispatches.store(n, Ordering::Relaxed);
+                    self.shed();
+                }
                 continue;
             }
             if self.steal() {
@@ -222,6 +320,12 @@ impl Worker {
         let header = &fiber.header;
         if !header.is_started() {
             header.owner.store(self.index, Ordering::Release);
+            // SAFETY: this worker now owns the unstarted fiber; the pool
+            // borrow ends before any fiber runs.
+            if !unsafe { fiber::prepare(&fiber, &mut *self.pool.get()) } {
+                self.retire(&fiber, None);
+                return;
+            }
             // SAFETY: loop-only borrow, no resume inside.
             unsafe { &mut *self.live.get() }.insert(fiber.clone());
         }
@@ -230,12 +334,10 @@ impl Worker {
         shared.running_fiber.store(header.id, Ordering::Relaxed);
         // SAFETY: this worker is the fiber's owner (just claimed, or it was
         // queued here because it is), the fiber is not queued elsewhere
-        // (one token holder schedules it), and we are not on a fiber. The
-        // pool borrow is the only one: fibers never touch the pool.
-        let outcome = unsafe { fiber::resume(&fiber, &mut *self.pool.get()) };
+        // (one token holder schedules it), and we are not on a fiber.
+        let outcome = unsafe { fiber::resume(&fiber) };
         self.current.set(std::ptr::null());
         shared.running_fiber.store(0, Ordering::Relaxed);
-        shared.dispatches.fetch_add(1, Ordering::Relaxed);
         match outcome {
             Outcome::Yielded => self.requeue(fiber),
             Outcome::Parked => {
@@ -245,19 +347,26 @@ impl Worker {
                 }
             }
             Outcome::Finished(stack) => {
-                if let Some(stack) = stack {
-                    // SAFETY: loop-only borrow.
-                    let pool = unsafe { &mut *self.pool.get() };
-                    pool.put(stack);
-                    shared.stacks_pooled.store(pool.len(), Ordering::Relaxed);
-                }
                 // SAFETY: loop-only borrow.
                 unsafe { &mut *self.live.get() }.remove(&fiber);
-                // Counters first: a joiner woken by `complete` sees them.
-                self.sched.live.0.fetch_sub(1, Ordering::AcqRel);
-                header.complete(false);
+                self.retire(&fiber, stack);
             }
         }
+    }
+
+    /// Files a finished fiber: its stack to the pool, the counters, then
+    /// its joiner (last, so a woken joiner sees the counters).
+    fn retire(&self, fiber: &FiberRef, stack: Option<crate::fiber::stack::FiberStack>) {
+        if let Some(stack) = stack {
+            // SAFETY: loop-only borrow.
+            let pool = unsafe { &mut *self.pool.get() };
+            pool.put(stack);
+            self.shared()
+                .stacks_pooled
+                .store(pool.len(), Ordering::Relaxed);
+        }
+        self.count_finished();
+        fiber.header.complete(false);
     }
 
     fn requeue(&self, fiber: FiberRef) {
@@ -350,7 +459,7 @@ impl Worker {
             queued.extend(self.sched.global.drain_all());
             for entry in queued {
                 if !entry.fiber.header.is_started() {
-                    self.sched.live.0.fetch_sub(1, Ordering::AcqRel);
+                    self.count_finished();
                     self.sched.stopped.fetch_add(1, Ordering::Relaxed);
                     fiber::discard_unstarted(&entry.fiber);
                     stopped_any = true;
@@ -370,7 +479,7 @@ impl Worker {
                     // SAFETY: loop-only borrow.
                     unsafe { &mut *self.pool.get() }.put(stack);
                 }
-                self.sched.live.0.fetch_sub(1, Ordering::AcqRel);
+                self.count_finished();
                 self.sched.stopped.fetch_add(1, Ordering::Relaxed);
                 f.header.complete(true);
             }

@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Fiber-core benchmarks: Spindle against corosensei, may, tokio and Go.
+
+Builds every contender, then runs interleaved rounds (each round runs every
+contender once, in a rotated order), each process pinned to one CPU with
+taskset, and prints the median of each row with its ratio to Spindle as a
+Markdown table.
+
+    python3 bench/core.py [--rounds 5] [--cpu 1] [--quick]
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+TARGET = os.path.join(ROOT, "target", "release")
+
+
+def build():
+    env = dict(os.environ, CARGO_TARGET_DIR=os.path.join(ROOT, "target"))
+    subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=HERE, env=env, check=True)
+    subprocess.run(["go", "build", "-o", os.path.join(TARGET, "core_go"), "core.go"],
+                   cwd=os.path.join(HERE, "go"), check=True)
+
+
+def run(cmd, cpu, env=None):
+    full = ["taskset", "-c", str(cpu)] + cmd
+    out = subprocess.run(full, capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, **(env or {})))
+    m = re.search(r"RESULT ([0-9.]+) (\S+)", out.stdout)
+    if not m:
+        sys.exit(f"no result from {' '.join(full)}:\n{out.stdout}\n{out.stderr}")
+    return float(m.group(1)), m.group(2)
+
+
+def rows(quick):
+    n = 200_000 if quick else 2_000_000
+    go = {"GOMAXPROCS": "1"}
+    sp = lambda b, k: [os.path.join(TARGET, "core_spindle"), b, str(k)]
+    pe = lambda p, b, k: [os.path.join(TARGET, "core_peers"), p, b, str(k)]
+    gb = lambda b, k: [os.path.join(TARGET, "core_go"), b, str(k)]
+    rss_n = 20_000 if quick else 100_000
+    return [
+        ("switch: suspend+resume pair", [
+            ("spindle", sp("switch", 10 * n), None),
+            ("corosensei", pe("corosensei", "switch", 10 * n), None),
+        ]),
+        ("yield_now through the scheduler, 1 worker", [
+            ("spindle", sp("yield", n), None),
+            ("may", pe("may", "yield", n), None),
+            ("go (Gosched)", gb("yield", n), go),
+            ("tokio current_thread", pe("tokio-ct", "yield", n), None),
+            ("tokio multi_thread(1)", pe("tokio-mt1", "yield", n), None),
+        ]),
+        ("spawn+run+join of an empty fiber, 1 worker", [
+            ("spindle", sp("spawn", n), None),
+            ("corosensei, reused stack", pe("corosensei", "spawn", n), None),
+            ("corosensei, fresh 256 KiB stack", pe("corosensei", "spawn-fresh", n // 20), None),
+            ("tokio current_thread", pe("tokio-ct", "spawn", n), None),
+            ("tokio multi_thread(1)", pe("tokio-mt1", "spawn", n), None),
+            ("go", gb("spawn", n), go),
+            ("may", pe("may", "spawn", n // 10), None),
+        ]),
+        (f"RSS per parked fiber, {rss_n} parked", [
+            ("spindle", sp("rss", rss_n), None),
+            ("tokio (stackless task)", pe("tokio-ct", "rss", rss_n), None),
+            ("go", gb("rss", rss_n), go),
+            ("corosensei", pe("corosensei", "rss", rss_n), None),
+            ("may", pe("may", "rss", rss_n), None),
+        ]),
+    ]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--cpu", type=int, default=1)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--million", action="store_true", help="also park 1 000 000 spindle fibers")
+    args = ap.parse_args()
+    build()
+    table = rows(args.quick)
+    results = {(title, name): [] for title, cs in table for name, _, _ in cs}
+    units = {}
+    for r in range(args.rounds):
+        for title, contenders in table:
+            order = contenders[r % len(contenders):] + contenders[:r % len(contenders)]
+            for name, cmd, env in order:
+                value, unit = run(cmd, args.cpu, env)
+                results[(title, name)].append(value)
+                units[(title, name)] = unit
+        print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+    print(f"\n{args.rounds} interleaved rounds, each process pinned to CPU {args.cpu}; medians.\n")
+    for title, contenders in table:
+        base = statistics.median(results[(title, "spindle")])
+        print(f"**{title}**\n")
+        print("| contender | median | ratio to spindle |")
+        print("|---|---|---|")
+        for name, _, _ in contenders:
+            med = statistics.median(results[(title, name)])
+            print(f"| {name} | {med:.2f} {units[(title, name)]} | {med / base:.2f}× |")
+        print()
+    if args.million:
+        value, unit = run([os.path.join(TARGET, "core_spindle"), "rss", "1000000"], args.cpu)
+        print(f"**1 000 000 parked spindle fibers**: {value:.2f} {unit} per fiber\n")
+
+
+if __name__ == "__main__":
+    main()

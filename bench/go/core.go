@@ -1,0 +1,69 @@
+// Fiber-core benchmarks for Go: core <yield|spawn|rss> N (run with GOMAXPROCS=1).
+package main
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+func rssKiB() float64 {
+	b, _ := os.ReadFile("/proc/self/status")
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "VmRSS:") {
+			f := strings.Fields(l)
+			v, _ := strconv.ParseFloat(f[1], 64)
+			return v
+		}
+	}
+	return 0
+}
+
+func main() {
+	bench := os.Args[1]
+	n, _ := strconv.Atoi(os.Args[2])
+	switch bench {
+	case "yield":
+		per := n / 2
+		var wg sync.WaitGroup
+		wg.Add(2)
+		start := time.Now()
+		for k := 0; k < 2; k++ {
+			go func() {
+				for i := 0; i < per; i++ {
+					runtime.Gosched()
+				}
+				wg.Done()
+			}()
+		}
+		wg.Wait()
+		fmt.Printf("RESULT %.3f ns\n", float64(time.Since(start).Nanoseconds())/float64(2*per))
+	case "spawn":
+		done := make(chan struct{})
+		for i := 0; i < 1000; i++ {
+			go func() { done <- struct{}{} }()
+			<-done
+		}
+		start := time.Now()
+		for i := 0; i < n; i++ {
+			go func() { done <- struct{}{} }()
+			<-done
+		}
+		fmt.Printf("RESULT %.3f ns\n", float64(time.Since(start).Nanoseconds())/float64(n))
+	case "rss":
+		before := rssKiB()
+		block := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(n)
+		for i := 0; i < n; i++ {
+			go func() { wg.Done(); <-block }()
+		}
+		wg.Wait()
+		fmt.Printf("RESULT %.3f KiB\n", (rssKiB()-before)/float64(n))
+		os.Exit(0)
+	}
+}

@@ -1,0 +1,71 @@
+//! Fiber-core benchmarks for Spindle: `core_spindle <switch|yield|spawn|rss> N`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use spindle_bench::{args, report, rss_kib};
+
+fn main() {
+    let (bench, n) = args();
+    match bench.as_str() {
+        "switch" => {
+            spindle::__bench::switch_pairs(n / 10); // warm up
+            let t = spindle::__bench::switch_pairs(n);
+            report(t.as_nanos() as f64 / n as f64, "ns");
+        }
+        "yield" => {
+            let rt = spindle::Runtime::builder().workers(1).build().unwrap();
+            let ns = rt.block_on(move || {
+                let per = n / 2;
+                let start = Instant::now();
+                let a = spindle::spawn(move || (0..per).for_each(|_| spindle::yield_now()));
+                let b = spindle::spawn(move || (0..per).for_each(|_| spindle::yield_now()));
+                a.join().unwrap();
+                b.join().unwrap();
+                start.elapsed().as_nanos() as f64 / (2 * per) as f64
+            });
+            report(ns, "ns");
+        }
+        "spawn" => {
+            let rt = spindle::Runtime::builder().workers(1).build().unwrap();
+            let ns = rt.block_on(move || {
+                for _ in 0..1000 {
+                    spindle::spawn(|| ()).join().unwrap();
+                }
+                let start = Instant::now();
+                for _ in 0..n {
+                    spindle::spawn(|| ()).join().unwrap();
+                }
+                start.elapsed().as_nanos() as f64 / n as f64
+            });
+            report(ns, "ns");
+        }
+        "rss" => {
+            let rt = spindle::Runtime::builder().workers(1).build().unwrap();
+            let before = rt.block_on(rss_kib);
+            let parked = Arc::new(AtomicU64::new(0));
+            let p = parked.clone();
+            let after = rt.block_on(move || {
+                let handles: Vec<_> = (0..n)
+                    .map(|_| {
+                        let p = p.clone();
+                        spindle::spawn(move || {
+                            p.fetch_add(1, Ordering::Relaxed);
+                            spindle::park();
+                        })
+                    })
+                    .collect();
+                while p.load(Ordering::Relaxed) < n {
+                    spindle::yield_now();
+                }
+                let after = rss_kib();
+                std::mem::forget(handles);
+                after
+            });
+            report((after - before) as f64 / n as f64, "KiB");
+            std::process::exit(0); // do not wait for 10^6 unwinds
+        }
+        other => panic!("unknown bench {other}"),
+    }
+}
