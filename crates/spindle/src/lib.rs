@@ -53,15 +53,23 @@
 //! * Every API also works from a plain thread, where it blocks the thread
 //!   as std would.
 
+pub mod blocking;
 mod builder;
 mod fiber;
+pub mod fs;
+mod future;
+pub mod io;
+pub mod net;
+mod poll;
 pub mod runtime;
 mod sched;
 mod stats;
+pub mod time;
 
 pub use builder::Builder;
 pub use fiber::overflow::install_overflow_handler;
 pub use fiber::{Fiber, JoinError, JoinHandle};
+pub use future::{block_on, can_suspend};
 pub use runtime::{Runtime, RuntimeBuilder};
 pub use stats::{Stats, WorkerStats};
 
@@ -145,7 +153,7 @@ where
 /// ```
 #[inline]
 pub fn yield_now() {
-    if sched::worker::on_fiber() {
+    if sched::worker::can_park() {
         fiber::suspend(fiber::Switch::Yield);
     } else {
         std::thread::yield_now();
@@ -166,6 +174,27 @@ pub fn yield_now() {
 /// ```
 pub fn park() {
     sched::park::park_current();
+}
+
+/// Like [`park`], but returns after `timeout` at the latest (std's
+/// `thread::park_timeout`). On a fiber the timeout is a timer on the
+/// fiber's worker.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// spindle::run(|| {
+///     let start = Instant::now();
+///     spindle::park_timeout(Duration::from_millis(20));
+///     assert!(start.elapsed() >= Duration::from_millis(20));
+/// });
+/// ```
+pub fn park_timeout(timeout: std::time::Duration) {
+    if sched::worker::can_park() {
+        let deadline = std::time::Instant::now() + timeout;
+        sched::park::park_until(deadline);
+    } else {
+        std::thread::park_timeout(timeout);
+    }
 }
 
 /// The fiber calling this, or `None` on a plain thread.

@@ -117,7 +117,7 @@ impl RuntimeBuilder {
             stack_class: size_class(round_stack_size(self.stack_size)),
             max_pooled_stacks: self.max_pooled_stacks,
             thread_name: self.thread_name,
-        }));
+        })?);
         let mut threads = Vec::with_capacity(workers);
         for index in 0..workers {
             let s = sched.clone();

@@ -111,6 +111,8 @@ pub(crate) struct FiberHeader {
     pub(crate) slot: Cell<usize>,
     /// This fiber's `corosensei::Yielder`, set at its first run.
     yielder: Cell<*const ()>,
+    /// The current wait: `seq << 8 | outcome` (see `sched::park`).
+    wait: AtomicU64,
 }
 
 // SAFETY: the `UnsafeCell`/`Cell` fields are each touched under a protocol
@@ -146,6 +148,7 @@ impl FiberHeader {
             guard_len: AtomicUsize::new(0),
             slot: Cell::new(usize::MAX),
             yielder: Cell::new(std::ptr::null()),
+            wait: AtomicU64::new(0),
         }
     }
 
@@ -178,6 +181,11 @@ impl FiberHeader {
                 .is_ok()
     }
 
+    /// Takes the park token if present (for `park_timeout`).
+    pub(crate) fn take_token_pub(&self) -> bool {
+        self.take_token()
+    }
+
     /// Called by the worker after the fiber switched out with
     /// [`Switch::Park`]. Returns false if a token arrived meanwhile and the
     /// fiber must be requeued instead.
@@ -190,6 +198,32 @@ impl FiberHeader {
     /// Makes the token available; true if the caller must schedule the fiber.
     pub(crate) fn notify(&self) -> bool {
         self.park.swap(NOTIFIED, Ordering::AcqRel) == PARKED
+    }
+
+    /// Starts a new wait (owner only): returns its sequence number.
+    pub(crate) fn begin_wait(&self, waiting: u8) -> u64 {
+        let seq = (self.wait.load(Ordering::Relaxed) >> 8) + 1;
+        self.wait
+            .store(seq << 8 | waiting as u64, Ordering::Release);
+        seq
+    }
+
+    /// The current wait word.
+    pub(crate) fn wait_word(&self) -> u64 {
+        self.wait.load(Ordering::Acquire)
+    }
+
+    /// Ends wait `seq` with `outcome` if it is still pending (`waiting`);
+    /// exactly one waker wins.
+    pub(crate) fn complete_wait(&self, seq: u64, waiting: u8, outcome: u8) -> bool {
+        self.wait
+            .compare_exchange(
+                seq << 8 | waiting as u64,
+                seq << 8 | outcome as u64,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
     }
 
     /// Marks the fiber finished and wakes its joiner, if any.
@@ -396,9 +430,7 @@ pub(crate) unsafe fn resume(fiber: &FiberRef) -> Outcome {
     match result {
         Some(Switch::Yield) => Outcome::Yielded,
         Some(Switch::Park) => Outcome::Parked,
-        None => Outcome::Finished(Some(
-            context.take().expect("context present").into_stack(),
-        )),
+        None => Outcome::Finished(Some(context.take().expect("context present").into_stack())),
     }
 }
 

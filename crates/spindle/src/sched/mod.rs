@@ -65,11 +65,12 @@ pub(crate) mod queue;
 pub(crate) mod worker;
 
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::Thread;
 
 use crate::fiber::stack::SizeClass;
 use crate::fiber::{FiberRef, NO_OWNER};
+use crate::poll::Poller;
 use queue::{SharedQueue, Stamp};
 
 /// Settings a scheduler is built with (from `RuntimeBuilder`).
@@ -87,6 +88,8 @@ pub(crate) struct CachePadded<T>(pub(crate) T);
 /// The shared state of one runtime's scheduler.
 pub(crate) struct Scheduler {
     pub(crate) config: Config,
+    /// The runtime's netpoller (see `poll`).
+    pub(crate) poller: Arc<Poller>,
     pub(crate) workers: Box<[WorkerShared]>,
     pub(crate) global: SharedQueue,
     clock: CachePadded<AtomicU64>,
@@ -121,7 +124,10 @@ pub(crate) struct WorkerShared {
 }
 
 const AWAKE: u8 = 0;
+/// Asleep on its thread parker (futex).
 const SLEEPING: u8 = 1;
+/// Asleep in `epoll_wait`, holding the poller's lease: woken by the eventfd.
+const POLLING: u8 = 2;
 
 impl WorkerShared {
     fn new() -> WorkerShared {
@@ -141,21 +147,24 @@ impl WorkerShared {
 }
 
 impl Scheduler {
-    pub(crate) fn new(config: Config) -> Scheduler {
+    pub(crate) fn new(config: Config) -> std::io::Result<Scheduler> {
         let workers = (0..config.workers).map(|_| WorkerShared::new()).collect();
-        Scheduler {
+        let poller = Arc::new(Poller::new()?);
+        crate::poll::publish(&poller);
+        Ok(Scheduler {
+            poller,
             running_workers: Mutex::new(config.workers),
             config,
             workers,
             global: SharedQueue::new(),
-            clock: CachePadded(AtomicU64::new(0)),
+            clock: CachePadded(AtomicU64::new(1)),
             spawned_elsewhere: AtomicU64::new(0),
             finished_elsewhere: AtomicU64::new(0),
             sleepers: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
             workers_done: Condvar::new(),
             stopped: AtomicUsize::new(0),
-        }
+        })
     }
 
     /// Next stamp of the service order.
@@ -211,13 +220,21 @@ impl Scheduler {
     /// Wakes worker `index` if it sleeps.
     pub(crate) fn wake_worker(&self, index: usize) {
         let w = &self.workers[index];
-        if w.sleep.load(Ordering::SeqCst) == SLEEPING
-            && w.sleep.swap(AWAKE, Ordering::SeqCst) == SLEEPING
-        {
-            self.sleepers.fetch_sub(1, Ordering::SeqCst);
-            if let Some(t) = w.thread.get() {
-                t.unpark();
+        if w.sleep.load(Ordering::SeqCst) == AWAKE {
+            return;
+        }
+        match w.sleep.swap(AWAKE, Ordering::SeqCst) {
+            SLEEPING => {
+                self.sleepers.fetch_sub(1, Ordering::SeqCst);
+                if let Some(t) = w.thread.get() {
+                    t.unpark();
+                }
             }
+            POLLING => {
+                self.sleepers.fetch_sub(1, Ordering::SeqCst);
+                self.poller.notify();
+            }
+            _ => {}
         }
     }
 
@@ -226,7 +243,7 @@ impl Scheduler {
             return;
         }
         for (i, w) in self.workers.iter().enumerate() {
-            if w.sleep.load(Ordering::SeqCst) == SLEEPING {
+            if w.sleep.load(Ordering::SeqCst) != AWAKE {
                 self.wake_worker(i);
                 return;
             }
@@ -241,6 +258,7 @@ impl Scheduler {
                 t.unpark();
             }
         }
+        self.poller.notify();
     }
 
     /// Whether anything is queued where worker `index` would look.
@@ -248,6 +266,18 @@ impl Scheduler {
         self.workers[index].inbox.head_stamp() != queue::NO_STAMP
             || self.global.head_stamp() != queue::NO_STAMP
             || self.is_shutdown()
+    }
+}
+
+/// Like [`schedule`], but at the head of the owner's service order (accept
+/// admission, seed 002).
+pub(crate) fn schedule_urgent(fiber: FiberRef) {
+    let owner = fiber.header.owner.load(Ordering::Acquire);
+    if let Err(fiber) = worker::push_urgent_if_owner(fiber, owner) {
+        let sched = fiber.header.sched.clone();
+        sched.workers[owner].inbox.push_urgent(fiber);
+        fence(Ordering::SeqCst);
+        sched.wake_worker(owner);
     }
 }
 

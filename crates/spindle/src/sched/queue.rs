@@ -24,6 +24,9 @@ pub(crate) type Stamp = u64;
 /// Stamp of an empty queue's head.
 pub(crate) const NO_STAMP: Stamp = u64::MAX;
 
+/// Stamp of an urgent entry: older than anything (accept admission).
+pub(crate) const URGENT_STAMP: Stamp = 0;
+
 /// A runnable fiber and the stamp it was queued with.
 pub(crate) struct Entry {
     pub(crate) stamp: Stamp,
@@ -72,6 +75,15 @@ impl LocalQueue {
         self.stealable -= e.stealable() as usize;
         self.publish();
         Some(e)
+    }
+
+    /// Queues a woken fiber ahead of everything (accept admission).
+    pub(crate) fn push_urgent(&mut self, fiber: FiberRef) {
+        self.entries.push_front(Entry {
+            stamp: URGENT_STAMP,
+            fiber,
+        });
+        self.publish();
     }
 
     /// Fibers another worker could run.
@@ -184,6 +196,16 @@ impl SharedQueue {
             self.stealable.fetch_add(1, Ordering::Relaxed);
         }
         q.push_back(entry);
+        self.publish(&q);
+    }
+
+    /// Queues a woken fiber ahead of everything (accept admission).
+    pub(crate) fn push_urgent(&self, fiber: FiberRef) {
+        let mut q = self.lock();
+        q.push_front(Entry {
+            stamp: URGENT_STAMP,
+            fiber,
+        });
         self.publish(&q);
     }
 

@@ -21,11 +21,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread;
 
+use std::time::Instant;
+
 use super::queue::{Entry, LocalQueue};
-use super::{Scheduler, WorkerShared, AWAKE, SLEEPING};
+use super::{Scheduler, WorkerShared, AWAKE, POLLING, SLEEPING};
 use crate::fiber::overflow::AltStack;
 use crate::fiber::stack::StackPool;
 use crate::fiber::{self, FiberRef, Outcome};
+use crate::poll::timer::{TimerHeap, TimerTarget};
 
 /// Most entries moved from a shared queue to the local one per lock.
 const BATCH: usize = 32;
@@ -50,6 +53,11 @@ pub(crate) struct Worker {
     /// Next fiber id to hand out and the end of this worker's id block.
     ids: Cell<(u64, u64)>,
     dispatches: Cell<u64>,
+    /// Deadlines of this worker's fibers (see `poll::timer`).
+    timers: UnsafeCell<TimerHeap>,
+    /// Buffer for `epoll_wait`.
+    events: UnsafeCell<Vec<libc::epoll_event>>,
+    last_poll: Cell<Instant>,
 }
 
 thread_local! {
@@ -105,6 +113,13 @@ pub(crate) fn on_fiber() -> bool {
     !fiber::running_header().is_null()
 }
 
+/// Whether the caller may park its fiber: on a fiber and not inside a
+/// `block_on` poll (seed 000's second rule: there, waits block the thread).
+#[inline]
+pub(crate) fn can_park() -> bool {
+    on_fiber() && !in_block_on_poll()
+}
+
 /// Pushes a woken fiber to the local queue if this thread is its owner
 /// worker; hands the fiber back otherwise.
 pub(crate) fn push_if_owner(fiber: FiberRef, owner: usize) -> Result<(), FiberRef> {
@@ -120,6 +135,95 @@ pub(crate) fn push_if_owner(fiber: FiberRef, owner: usize) -> Result<(), FiberRe
         }
         _ => Err(fiber),
     })
+}
+
+/// Pushes a woken fiber at the head of the local queue if this thread is
+/// its owner worker (accept admission); hands it back otherwise.
+pub(crate) fn push_urgent_if_owner(fiber: FiberRef, owner: usize) -> Result<(), FiberRef> {
+    with_worker(|w| match w {
+        Some(w)
+            if w.index == owner && std::ptr::eq(Arc::as_ptr(&w.sched), &*fiber.header.sched) =>
+        {
+            // SAFETY: as in `push_if_owner`.
+            unsafe { &mut *w.local.get() }.push_urgent(fiber);
+            Ok(())
+        }
+        _ => Err(fiber),
+    })
+}
+
+/// Arms a timer on the calling worker. Must be called on a fiber (whose
+/// worker is the only one that will ever run it).
+pub(crate) fn arm_timer(deadline: Instant, target: TimerTarget) {
+    with_worker(|w| {
+        let w = w.expect("spindle: timers are armed on a worker");
+        // SAFETY: only this thread touches `timers`; the loop holds no
+        // borrow of it while a fiber runs.
+        unsafe { &mut *w.timers.get() }.arm(deadline, target);
+    })
+}
+
+/// A wait whose timer is armed on this worker ended another way.
+pub(crate) fn note_dead_timer() {
+    with_worker(|w| {
+        if let Some(w) = w {
+            // SAFETY: as in `arm_timer`.
+            unsafe { &mut *w.timers.get() }.note_dead();
+        }
+    })
+}
+
+thread_local! {
+    /// Depth of `block_on` polls in progress on this thread's running fiber.
+    /// A fiber never leaves its thread and cannot switch out while one is in
+    /// progress, so a thread-local is exact.
+    static BLOCK_ON_DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Marks a `block_on` poll in progress (seed 000's second rule).
+pub(crate) struct BlockOnPoll(());
+
+impl BlockOnPoll {
+    pub(crate) fn enter() -> BlockOnPoll {
+        BLOCK_ON_DEPTH.with(|d| d.set(d.get() + 1));
+        BlockOnPoll(())
+    }
+}
+
+impl Drop for BlockOnPoll {
+    fn drop(&mut self) {
+        BLOCK_ON_DEPTH.with(|d| d.set(d.get() - 1));
+    }
+}
+
+/// Whether the running fiber is inside a `block_on` poll.
+pub(crate) fn in_block_on_poll() -> bool {
+    BLOCK_ON_DEPTH.with(|d| d.get() > 0)
+}
+
+/// For a nested `block_on` that holds its worker: fire due timers and poll
+/// the netpoller once without blocking.
+pub(crate) fn drive_in_place() {
+    with_worker(|w| {
+        if let Some(w) = w {
+            w.fire_timers(Instant::now());
+            let poller = &w.sched.poller;
+            if poller.has_registrations() && poller.try_lease() {
+                // SAFETY: the loop is suspended inside `resume` and holds no
+                // borrow of `events`.
+                poller.poll(
+                    unsafe { &mut *w.events.get() },
+                    Some(std::time::Duration::ZERO),
+                );
+                poller.release_lease();
+            }
+        }
+    })
+}
+
+/// The scheduler of the calling worker (borrowed), if on one.
+pub(crate) fn with_scheduler<R>(f: impl FnOnce(Option<&Scheduler>) -> R) -> R {
+    with_worker(|w| f(w.map(|w| &*w.sched)))
 }
 
 /// Queues a new fiber on the calling worker if it belongs to `sched`: on
@@ -221,6 +325,9 @@ pub(crate) fn run(sched: Arc<Scheduler>, index: usize) {
         current: Cell::new(std::ptr::null()),
         ids: Cell::new((0, 0)),
         dispatches: Cell::new(0),
+        timers: UnsafeCell::new(TimerHeap::default()),
+        events: UnsafeCell::new(Vec::with_capacity(256)),
+        last_poll: Cell::new(Instant::now()),
         sched,
     };
     WORKER.with(|w| w.set(&worker));
@@ -255,6 +362,43 @@ impl Worker {
         Self::bump(&self.shared().finished);
     }
 
+    /// Busy-worker duties, every 16 dispatches: fire due timers, and poll
+    /// the netpoller without blocking at most once per `poll::CADENCE`.
+    fn tick(&self) {
+        // SAFETY: loop-only borrow.
+        let no_timers = unsafe { &*self.timers.get() }.is_empty();
+        let poller = &self.sched.poller;
+        if no_timers && !poller.has_registrations() {
+            return;
+        }
+        let now = Instant::now();
+        self.fire_timers(now);
+        if poller.has_registrations()
+            && now.duration_since(self.last_poll.get()) >= crate::poll::CADENCE
+        {
+            self.last_poll.set(now);
+            if poller.try_lease() {
+                // SAFETY: loop-only borrow; delivering events may push to
+                // our local queue, which is a different field.
+                poller.poll(
+                    unsafe { &mut *self.events.get() },
+                    Some(std::time::Duration::ZERO),
+                );
+                poller.release_lease();
+            }
+        }
+    }
+
+    /// Fires this worker's due timers; returns how many fiber waits ended.
+    fn fire_timers(&self, now: Instant) -> usize {
+        // SAFETY: loop-only borrow; firing pushes to `local`, not `timers`.
+        let timers = unsafe { &mut *self.timers.get() };
+        if timers.is_empty() {
+            return 0;
+        }
+        timers.fire_due(now)
+    }
+
     /// Hands half of the local backlog of unstarted fibers to sleepers.
     fn shed(&self) {
         // SAFETY: loop-only borrow.
@@ -276,13 +420,16 @@ impl Worker {
                 self.dispatch(entry.fiber);
                 let n = self.dispatches.get() + 1;
                 self.dispatches.set(n);
-                if n % SHED_EVERY == 0 {
-                    self.shared().dispatches.store(n, Ordering::Relaxed);
-                    self.shed();
+                if n % 16 == 0 {
+                    self.tick();
+                    if n % SHED_EVERY == 0 {
+                        self.shared().dispatches.store(n, Ordering::Relaxed);
+                        self.shed();
+                    }
                 }
                 continue;
             }
-            if self.steal() {
+            if self.fire_timers(Instant::now()) > 0 || self.steal() {
                 continue;
             }
             self.sleep();
@@ -404,31 +551,67 @@ impl Worker {
         false
     }
 
+    /// Nothing to run: block in `epoll_wait` (holding the poller's lease)
+    /// or on the thread parker, until woken or the next timer is due.
     fn sleep(&self) {
-        // SAFETY: loop-only borrow.
+        // SAFETY: loop-only borrows.
         unsafe { &mut *self.pool.get() }.trim();
+        let next_deadline = unsafe { &*self.timers.get() }.next_deadline();
+        let timeout = next_deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let poller = &self.sched.poller;
+        let leased = poller.try_lease();
         let me = self.shared();
-        me.sleep.store(SLEEPING, Ordering::SeqCst);
+        let state = if leased { POLLING } else { SLEEPING };
+        me.sleep.store(state, Ordering::SeqCst);
         self.sched.sleepers.fetch_add(1, Ordering::SeqCst);
         if self.sched.has_visible_work(self.index) || self.stealable_elsewhere() {
-            if me
-                .sleep
-                .compare_exchange(SLEEPING, AWAKE, Ordering::SeqCst, Ordering::SeqCst)
-                .is_ok()
-            {
-                self.sched.sleepers.fetch_sub(1, Ordering::SeqCst);
+            self.wake_self(state);
+            if leased {
+                poller.release_lease();
             }
             return;
         }
-        while me.sleep.load(Ordering::SeqCst) == SLEEPING && !self.sched.is_shutdown() {
-            thread::park();
+        if leased {
+            // SAFETY: loop-only borrow.
+            let events = unsafe { &mut *self.events.get() };
+            poller.poll(events, timeout);
+            self.last_poll.set(Instant::now());
+            self.wake_self(state);
+            poller.release_lease();
+            // Hand the lease on: if others sleep on their parker while we go
+            // back to work, one of them should be the one in epoll_wait.
+            // SAFETY: loop-only borrow.
+            let have_work = unsafe { &*self.local.get() }.len() > 0;
+            if have_work && self.sched.sleepers.load(Ordering::SeqCst) > 0 {
+                self.sched.wake_one_sleeper();
+            }
+        } else {
+            let until = next_deadline;
+            while me.sleep.load(Ordering::SeqCst) == SLEEPING && !self.sched.is_shutdown() {
+                match until {
+                    Some(d) => {
+                        let now = Instant::now();
+                        if now >= d {
+                            break;
+                        }
+                        thread::park_timeout(d - now);
+                    }
+                    None => thread::park(),
+                }
+            }
+            self.wake_self(state);
         }
-        if me
+    }
+
+    /// Leaves a sleep state this worker entered itself, unless a waker
+    /// already did (and counted it).
+    fn wake_self(&self, state: u8) {
+        if self
+            .shared()
             .sleep
-            .compare_exchange(SLEEPING, AWAKE, Ordering::SeqCst, Ordering::SeqCst)
+            .compare_exchange(state, AWAKE, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
         {
-            // Left because of shutdown, not a wake.
             self.sched.sleepers.fetch_sub(1, Ordering::SeqCst);
         }
     }

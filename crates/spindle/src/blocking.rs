@@ -1,0 +1,205 @@
+//! The blocking pool: threads for calls that block inside code that knows
+//! nothing of fibers (seed 001 §2: DNS, other libraries; seed 004 §7.7.2:
+//! regular files).
+//!
+//! [`spawn_blocking`] runs a closure on a pool thread while the calling
+//! fiber parks; the pool thread wakes the fiber when it is done. On a plain
+//! thread the closure simply runs there. The pool is process-wide and
+//! bounded (512 threads, or `SPINDLE_BLOCKING_THREADS`); threads are started
+//! on demand and leave after 10 s idle. Past the bound, jobs wait in the
+//! queue — the caller waits longer, nothing is dropped.
+
+use std::collections::VecDeque;
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::Duration;
+
+use crate::sched::park::{self, WaitToken, Wake};
+use crate::sched::worker;
+
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+struct Pool {
+    state: Mutex<PoolState>,
+    work: Condvar,
+    max_threads: usize,
+}
+
+struct PoolState {
+    queue: VecDeque<Job>,
+    threads: usize,
+    idle: usize,
+}
+
+fn pool() -> &'static Pool {
+    static POOL: OnceLock<Pool> = OnceLock::new();
+    POOL.get_or_init(|| Pool {
+        state: Mutex::new(PoolState {
+            queue: VecDeque::new(),
+            threads: 0,
+            idle: 0,
+        }),
+        work: Condvar::new(),
+        max_threads: std::env::var("SPINDLE_BLOCKING_THREADS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or(512),
+    })
+}
+
+impl Pool {
+    fn submit(&'static self, job: Job) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.queue.push_back(job);
+        if st.idle > 0 {
+            drop(st);
+            self.work.notify_one();
+            return;
+        }
+        if st.threads < self.max_threads {
+            st.threads += 1;
+            drop(st);
+            let spawned = std::thread::Builder::new()
+                .name("spindle-blocking".into())
+                .spawn(move || self.run_thread());
+            if spawned.is_err() {
+                // Could not grow: existing threads will get to the job.
+                let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                st.threads -= 1;
+                assert!(
+                    st.threads > 0,
+                    "spindle: cannot start any blocking-pool thread"
+                );
+            }
+        }
+    }
+
+    fn run_thread(&'static self) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(job) = st.queue.pop_front() {
+                drop(st);
+                job();
+                st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            st.idle += 1;
+            let (guard, timeout) = self
+                .work
+                .wait_timeout(st, Duration::from_secs(10))
+                .unwrap_or_else(|e| e.into_inner());
+            st = guard;
+            st.idle -= 1;
+            if timeout.timed_out() && st.queue.is_empty() {
+                st.threads -= 1;
+                return;
+            }
+        }
+    }
+}
+
+/// Where a job leaves its result and who to tell.
+struct Completion<T> {
+    state: Mutex<(Option<std::thread::Result<T>>, Option<WaitToken>)>,
+}
+
+/// Runs `f` on the blocking pool while the calling fiber waits, and returns
+/// its value (a panic in `f` is re-raised here). On a plain thread, runs
+/// `f` right there.
+///
+/// ```
+/// spindle::run(|| {
+///     let n = spindle::blocking::spawn_blocking(|| {
+///         std::thread::sleep(std::time::Duration::from_millis(5)); // blocks a pool thread
+///         21 * 2
+///     });
+///     assert_eq!(n, 42);
+/// });
+/// ```
+pub fn spawn_blocking<F, T>(f: F) -> T
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    if !worker::can_park() {
+        return f();
+    }
+    let done = Arc::new(Completion {
+        state: Mutex::new((None, None)),
+    });
+    let d = done.clone();
+    pool().submit(Box::new(move || {
+        let result = panic::catch_unwind(AssertUnwindSafe(f));
+        let token = {
+            let mut st = d.state.lock().unwrap_or_else(|e| e.into_inner());
+            st.0 = Some(result);
+            st.1.take()
+        };
+        if let Some(token) = token {
+            token.wake(Wake::Ready, false);
+        }
+    }));
+    loop {
+        park::wait(
+            None,
+            |token| {
+                let mut st = done.state.lock().unwrap_or_else(|e| e.into_inner());
+                if st.0.is_some() {
+                    return false;
+                }
+                st.1 = Some(token.clone());
+                true
+            },
+            |_| {},
+        );
+        let mut st = done.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(result) = st.0.take() {
+            match result {
+                Ok(v) => return v,
+                Err(p) => panic::resume_unwind(p),
+            }
+        }
+    }
+}
+
+/// Runs a borrowing closure on the pool and waits for it, however long it
+/// takes — even while the fiber is being unwound — so the borrow stays
+/// valid (used for name resolution).
+pub(crate) fn run_scoped<'a, F, T>(f: F) -> T
+where
+    F: FnOnce() -> T + Send + 'a,
+    T: Send + 'static,
+{
+    if !worker::can_park() {
+        return f();
+    }
+    let boxed: Box<dyn FnOnce() -> T + Send + 'a> = Box::new(f);
+    // SAFETY: we do not return, and do not let an unwind pass, before the
+    // job has run: the guard below blocks the thread until it has. So every
+    // borrow in `f` outlives its use.
+    let boxed: Box<dyn FnOnce() -> T + Send + 'static> = unsafe { std::mem::transmute(boxed) };
+    struct WaitForJob(Arc<Mutex<bool>>, Arc<Condvar>);
+    impl Drop for WaitForJob {
+        fn drop(&mut self) {
+            let mut done = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            while !*done {
+                done = self.1.wait(done).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+    }
+    let finished = Arc::new(Mutex::new(false));
+    let cv = Arc::new(Condvar::new());
+    let guard = WaitForJob(finished.clone(), cv.clone());
+    let value = spawn_blocking(move || {
+        let r = panic::catch_unwind(AssertUnwindSafe(boxed));
+        *finished.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        cv.notify_all();
+        r
+    });
+    drop(guard);
+    match value {
+        Ok(v) => v,
+        Err(p) => panic::resume_unwind(p),
+    }
+}

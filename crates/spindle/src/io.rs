@@ -1,0 +1,232 @@
+//! Waiting on any file descriptor: for integrating other libraries'
+//! non-blocking sockets with Spindle (seed 001's one wait function).
+//!
+//! [`wait_readable`] / [`wait_writable`] park the calling fiber until the fd
+//! is ready (or block a plain thread in `poll(2)`); [`readable`] /
+//! [`writable`] are the same readiness as futures, for code that must not
+//! switch fibers. The fd must be non-blocking and the wait must follow an
+//! operation that returned `EAGAIN` (readiness is edge-triggered):
+//!
+//! ```
+//! use std::io::{Read, Write};
+//! use std::os::fd::AsRawFd;
+//! spindle::run(|| {
+//!     let (mut a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+//!     b.set_nonblocking(true).unwrap();
+//!     let writer = spindle::spawn(move || a.write_all(b"ping").unwrap());
+//!     let mut buf = [0u8; 4];
+//!     let mut b = b;
+//!     loop {
+//!         match b.read(&mut buf) {
+//!             Ok(n) => { assert_eq!(&buf[..n], b"ping"); break; }
+//!             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+//!                 spindle::io::wait_readable(b.as_raw_fd(), None).unwrap();
+//!             }
+//!             Err(e) => panic!("{e}"),
+//!         }
+//!     }
+//!     writer.join().unwrap();
+//! });
+//! ```
+
+use std::future::Future;
+use std::io;
+use std::os::fd::{IntoRawFd, OwnedFd, RawFd};
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use crate::poll::slot::{self, IoWaiter, READ, WRITE};
+use crate::sched::park::{self, Wake};
+use crate::sched::worker;
+
+/// Parks the calling fiber until `fd` is readable, or `timeout` passes
+/// (`TimedOut`). On a plain thread it blocks in `poll(2)`.
+pub fn wait_readable(fd: RawFd, timeout: Option<Duration>) -> io::Result<()> {
+    wait_fd(fd, READ, timeout.map(|t| Instant::now() + t), false)
+}
+
+/// Parks the calling fiber until `fd` is writable, or `timeout` passes.
+pub fn wait_writable(fd: RawFd, timeout: Option<Duration>) -> io::Result<()> {
+    wait_fd(fd, WRITE, timeout.map(|t| Instant::now() + t), false)
+}
+
+/// Closes `fd` through the netpoller: every fiber waiting on it wakes with
+/// an error, and its readiness state is reset before the number can be
+/// reused.
+pub fn close(fd: OwnedFd) {
+    crate::poll::close_fd(fd.into_raw_fd());
+}
+
+pub(crate) fn timed_out(fd: RawFd) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!("spindle: wait on fd {fd} timed out"),
+    )
+}
+
+fn closed(fd: RawFd) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::ConnectionAborted,
+        format!("spindle: fd {fd} was closed while a fiber waited on it"),
+    )
+}
+
+/// The one wait: park the fiber on the netpoller (or `poll(2)` a thread)
+/// until `fd` is ready in `dir`. `urgent` asks for accept admission.
+pub(crate) fn wait_fd(
+    fd: RawFd,
+    dir: u8,
+    deadline: Option<Instant>,
+    urgent: bool,
+) -> io::Result<()> {
+    if !worker::can_park() {
+        return poll_thread(fd, dir, deadline);
+    }
+    let Some(slot) = slot::slot(fd) else {
+        return poll_thread(fd, dir, deadline);
+    };
+    let registered = worker::with_scheduler(|s| {
+        s.expect("on a fiber, so on a worker")
+            .poller
+            .register(fd, slot)
+    });
+    match registered {
+        Ok(()) => {}
+        // epoll cannot wait on regular files: they are always ready.
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    let why = park::wait(
+        deadline,
+        |token| {
+            let mut w = slot.lock();
+            if w.take_bit(dir) {
+                return false;
+            }
+            w.push(
+                dir,
+                IoWaiter::Fiber {
+                    token: token.clone(),
+                    urgent,
+                },
+            );
+            true
+        },
+        |token| slot.lock().remove_token(dir, token),
+    );
+    match why {
+        Wake::Ready => Ok(()),
+        Wake::TimedOut => Err(timed_out(fd)),
+        Wake::Closed => Err(closed(fd)),
+    }
+}
+
+/// A plain thread's wait: `poll(2)` on one fd.
+fn poll_thread(fd: RawFd, dir: u8, deadline: Option<Instant>) -> io::Result<()> {
+    let events = if dir == READ {
+        libc::POLLIN
+    } else {
+        libc::POLLOUT
+    };
+    loop {
+        let ms = match deadline {
+            None => -1,
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(timed_out(fd));
+                }
+                left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
+            }
+        };
+        let mut pfd = libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for the call's duration.
+        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if rc > 0 {
+            if pfd.revents & libc::POLLNVAL != 0 {
+                return Err(io::Error::from_raw_os_error(libc::EBADF));
+            }
+            return Ok(());
+        }
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        // rc == 0: timed out (or a spurious return): the loop checks.
+    }
+}
+
+/// A future that is ready when `fd` is readable (see [`readable`]).
+#[derive(Debug)]
+pub struct Readiness {
+    fd: RawFd,
+    dir: u8,
+    waker: Option<Waker>,
+}
+
+/// Readiness of `fd` for reading, as a future: for code that must not
+/// switch fibers (seed 004 §7.7.2). Woken by the same netpoller as
+/// [`wait_readable`]. Like it, await it only after an `EAGAIN`.
+pub fn readable(fd: RawFd) -> Readiness {
+    Readiness {
+        fd,
+        dir: READ,
+        waker: None,
+    }
+}
+
+/// Readiness of `fd` for writing, as a future (see [`readable`]).
+pub fn writable(fd: RawFd) -> Readiness {
+    Readiness {
+        fd,
+        dir: WRITE,
+        waker: None,
+    }
+}
+
+impl Future for Readiness {
+    type Output = io::Result<()>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let Some(slot) = slot::slot(self.fd) else {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("spindle: fd {} is past the netpoller's table", self.fd),
+            )));
+        };
+        let registered = worker::with_scheduler(|s| match s {
+            Some(s) => s.poller.register(self.fd, slot),
+            None => crate::poll::background().poller.register(self.fd, slot),
+        });
+        match registered {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => return Poll::Ready(Ok(())),
+            Err(e) => return Poll::Ready(Err(e)),
+        }
+        let mut w = slot.lock();
+        if w.take_bit(self.dir) {
+            drop(w);
+            self.waker = None;
+            return Poll::Ready(Ok(()));
+        }
+        w.set_waker(self.dir, cx.waker());
+        drop(w);
+        self.waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+impl Drop for Readiness {
+    fn drop(&mut self) {
+        if let (Some(waker), Some(slot)) = (self.waker.take(), slot::slot(self.fd)) {
+            slot.lock().remove_waker(self.dir, &waker);
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! Sockets that park the fiber, not the thread: TCP, UDP and Unix.
+//!
+//! Every socket here is non-blocking underneath. An operation is tried
+//! first; on `EAGAIN` a fiber parks on the netpoller until the fd is ready
+//! (seed 002: try-then-wait), a plain thread blocks in `poll(2)`. So the
+//! same handle works from fibers and threads alike and behaves like std's
+//! blocking socket on both; `set_read_timeout`/`set_write_timeout` become
+//! deadlines for each call (an expired one fails with `TimedOut`).
+//!
+//! Outbound connects are non-blocking and park for writability; a host
+//! name is resolved on the blocking pool while the fiber waits, never by a
+//! blocking `getaddrinfo` on a worker. Closing a socket goes through the
+//! netpoller, which wakes anyone still waiting on its fd.
+//!
+//! ```
+//! use std::io::{Read, Write};
+//! spindle::run(|| {
+//!     let listener = spindle::net::TcpListener::bind("127.0.0.1:0").unwrap();
+//!     let addr = listener.local_addr().unwrap();
+//!     let server = spindle::spawn(move || {
+//!         let (mut conn, _) = listener.accept().unwrap();
+//!         let mut buf = [0u8; 5];
+//!         conn.read_exact(&mut buf).unwrap();
+//!         conn.write_all(&buf).unwrap();
+//!     });
+//!     let mut client = spindle::net::TcpStream::connect(addr).unwrap();
+//!     client.write_all(b"hello").unwrap();
+//!     let mut back = [0u8; 5];
+//!     client.read_exact(&mut back).unwrap();
+//!     assert_eq!(&back, b"hello");
+//!     server.join().unwrap();
+//! });
+//! ```
+
+mod tcp;
+mod udp;
+mod unix;
+
+pub use tcp::{Incoming, TcpListener, TcpStream};
+pub use udp::UdpSocket;
+pub use unix::{UnixIncoming, UnixListener, UnixStream};
+
+use std::io;
+use std::mem::ManuallyDrop;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::poll::slot::{READ, WRITE};
+
+/// Readiness direction of an operation.
+#[derive(Clone, Copy)]
+pub(crate) enum Dir {
+    Read,
+    Write,
+}
+
+/// Repeats `op` until it stops answering `WouldBlock`, waiting for `fd`
+/// in between (netpoller on a fiber, `poll(2)` on a thread).
+pub(crate) fn retry<T>(
+    fd: RawFd,
+    dir: Dir,
+    deadline: Option<Instant>,
+    urgent: bool,
+    mut op: impl FnMut() -> io::Result<T>,
+) -> io::Result<T> {
+    loop {
+        match op() {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                let d = match dir {
+                    Dir::Read => READ,
+                    Dir::Write => WRITE,
+                };
+                crate::io::wait_fd(fd, d, deadline, urgent)?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            other => return other,
+        }
+    }
+}
+
+/// A socket whose fd is closed through the netpoller on drop.
+pub(crate) struct Owned<S: AsRawFd + IntoRawFd> {
+    inner: ManuallyDrop<S>,
+}
+
+impl<S: AsRawFd + IntoRawFd> Owned<S> {
+    pub(crate) fn new(inner: S) -> Owned<S> {
+        Owned {
+            inner: ManuallyDrop::new(inner),
+        }
+    }
+
+    pub(crate) fn get(&self) -> &S {
+        &self.inner
+    }
+
+    pub(crate) fn fd(&self) -> RawFd {
+        self.inner.as_raw_fd()
+    }
+
+    /// Gives the socket up without closing it: its netpoller state is
+    /// dropped first, since the fd leaves our hands.
+    pub(crate) fn into_inner(mut self) -> S {
+        // SAFETY: `self` is forgotten right after, so `inner` is taken once.
+        let inner = unsafe { ManuallyDrop::take(&mut self.inner) };
+        std::mem::forget(self);
+        crate::poll::release_fd(inner.as_raw_fd());
+        inner
+    }
+}
+
+impl<S: AsRawFd + IntoRawFd> Drop for Owned<S> {
+    fn drop(&mut self) {
+        // SAFETY: drop runs once; `inner` is not used after.
+        let inner = unsafe { ManuallyDrop::take(&mut self.inner) };
+        crate::poll::close_fd(inner.into_raw_fd());
+    }
+}
+
+/// A per-call timeout (std's `set_read_timeout` shape), kept in nanoseconds
+/// with 0 for none.
+#[derive(Default)]
+pub(crate) struct Timeout(AtomicU64);
+
+impl Timeout {
+    pub(crate) fn set(&self, t: Option<Duration>) -> io::Result<()> {
+        match t {
+            Some(d) if d.is_zero() => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "cannot set a 0 duration timeout",
+            )),
+            Some(d) => {
+                self.0
+                    .store(d.as_nanos().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+                Ok(())
+            }
+            None => {
+                self.0.store(0, Ordering::Relaxed);
+                Ok(())
+            }
+        }
+    }
+
+    pub(crate) fn get(&self) -> Option<Duration> {
+        match self.0.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(Duration::from_nanos(n)),
+        }
+    }
+
+    /// The deadline for a call starting now.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.get().and_then(|d| Instant::now().checked_add(d))
+    }
+}
+
+/// Resolves `addr`; on a fiber a lookup that may block runs on the blocking
+/// pool while the fiber waits.
+pub(crate) fn resolve<A: ToSocketAddrs + Sync>(addr: &A) -> io::Result<Vec<SocketAddr>> {
+    crate::blocking::run_scoped(|| addr.to_socket_addrs().map(|it| it.collect::<Vec<_>>()))
+}
+
+/// Runs `f` on each resolved address until one succeeds, like std.
+pub(crate) fn each_addr<A: ToSocketAddrs + Sync, T>(
+    addr: &A,
+    mut f: impl FnMut(&SocketAddr) -> io::Result<T>,
+) -> io::Result<T> {
+    let addrs = resolve(addr)?;
+    let mut last = None;
+    for a in &addrs {
+        match f(a) {
+            Ok(v) => return Ok(v),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "could not resolve to any addresses",
+        )
+    }))
+}

@@ -1,0 +1,476 @@
+//! TCP: [`TcpListener`] and [`TcpStream`].
+
+use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, Socket, Type};
+
+use super::{each_addr, retry, Dir, Owned, Timeout};
+
+/// A TCP server socket. `accept` parks the calling fiber until a
+/// connection arrives; a listener's wake-up is admitted ahead of queued
+/// work (seed 002's accept admission).
+///
+/// ```
+/// spindle::run(|| {
+///     let listener = spindle::net::TcpListener::bind("127.0.0.1:0").unwrap();
+///     let addr = listener.local_addr().unwrap();
+///     let client = spindle::spawn(move || spindle::net::TcpStream::connect(addr).unwrap());
+///     let (_conn, peer) = listener.accept().unwrap();
+///     assert_eq!(peer, client.join().unwrap().local_addr().unwrap());
+/// });
+/// ```
+pub struct TcpListener {
+    sock: Owned<std::net::TcpListener>,
+}
+
+impl TcpListener {
+    /// Binds to `addr` (each resolved address in turn, like std).
+    pub fn bind<A: ToSocketAddrs + Sync>(addr: A) -> io::Result<TcpListener> {
+        each_addr(&addr, |a| std::net::TcpListener::bind(a)).and_then(TcpListener::from_std)
+    }
+
+    fn from_std(l: std::net::TcpListener) -> io::Result<TcpListener> {
+        l.set_nonblocking(true)?;
+        Ok(TcpListener {
+            sock: Owned::new(l),
+        })
+    }
+
+    /// Accepts a connection: parks the fiber (or blocks the thread) until
+    /// one arrives. Running out of fds returns `EMFILE` here; the pending
+    /// connection stays in the kernel's queue for the next call.
+    pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
+        let fd = self.sock.fd();
+        let (sock, addr) = retry(fd, Dir::Read, None, true, || accept_nonblocking(fd))?;
+        let std_stream: std::net::TcpStream = sock.into();
+        Ok((TcpStream::wrap(std_stream), addr))
+    }
+
+    /// An endless iterator of accepted connections.
+    pub fn incoming(&self) -> Incoming<'_> {
+        Incoming { listener: self }
+    }
+
+    /// The address this listener is bound to.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.sock.get().local_addr()
+    }
+
+    /// `IP_TTL` for accepted sockets.
+    pub fn set_ttl(&self, ttl: u32) -> io::Result<()> {
+        self.sock.get().set_ttl(ttl)
+    }
+
+    /// The pending socket error, if any.
+    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+        self.sock.get().take_error()
+    }
+
+    /// A second handle to the same socket (a new fd).
+    pub fn try_clone(&self) -> io::Result<TcpListener> {
+        TcpListener::from_std(self.sock.get().try_clone()?)
+    }
+
+    /// Gives back the std listener (in blocking mode again).
+    pub fn into_std(self) -> io::Result<std::net::TcpListener> {
+        let l = self.sock.into_inner();
+        l.set_nonblocking(false)?;
+        Ok(l)
+    }
+}
+
+fn accept_nonblocking(fd: RawFd) -> io::Result<(Socket, SocketAddr)> {
+    // SAFETY: zeroed storage is a valid (empty) sockaddr_storage; accept4
+    // writes at most `len` bytes into it and the new fd is ours.
+    unsafe {
+        let mut storage: libc::sockaddr_storage = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        let new = libc::accept4(
+            fd,
+            (&mut storage as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+            libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+        );
+        if new < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let sock = Socket::from_raw_fd(new);
+        let addr = socket_addr_of(&storage, len)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "accepted a non-IP peer"))?;
+        Ok((sock, addr))
+    }
+}
+
+/// Reads an IPv4/IPv6 address out of a `sockaddr_storage`.
+fn socket_addr_of(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
+    match storage.ss_family as libc::c_int {
+        libc::AF_INET if len as usize >= std::mem::size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the family says the storage holds a sockaddr_in, and
+            // sockaddr_storage is aligned for every sockaddr type.
+            let a = unsafe { &*(storage as *const _ as *const libc::sockaddr_in) };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+                u16::from_be(a.sin_port),
+            )))
+        }
+        libc::AF_INET6 if len as usize >= std::mem::size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: as above, for sockaddr_in6.
+            let a = unsafe { &*(storage as *const _ as *const libc::sockaddr_in6) };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(a.sin6_addr.s6_addr),
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+impl std::fmt::Debug for TcpListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpListener")
+            .field("fd", &self.sock.fd())
+            .field("addr", &self.local_addr().ok())
+            .finish()
+    }
+}
+
+impl From<std::net::TcpListener> for TcpListener {
+    /// Takes over a std listener (switching it to non-blocking mode).
+    fn from(l: std::net::TcpListener) -> TcpListener {
+        let _ = l.set_nonblocking(true);
+        TcpListener {
+            sock: Owned::new(l),
+        }
+    }
+}
+
+impl AsRawFd for TcpListener {
+    fn as_raw_fd(&self) -> RawFd {
+        self.sock.fd()
+    }
+}
+
+impl AsFd for TcpListener {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.sock.get().as_fd()
+    }
+}
+
+impl IntoRawFd for TcpListener {
+    fn into_raw_fd(self) -> RawFd {
+        self.sock.into_inner().into_raw_fd()
+    }
+}
+
+impl FromRawFd for TcpListener {
+    /// # Safety
+    ///
+    /// `fd` must be an open listening TCP socket owned by the caller.
+    unsafe fn from_raw_fd(fd: RawFd) -> TcpListener {
+        // SAFETY: forwarded from the caller.
+        TcpListener::from(unsafe { std::net::TcpListener::from_raw_fd(fd) })
+    }
+}
+
+/// Iterator over [`TcpListener::accept`].
+#[derive(Debug)]
+pub struct Incoming<'a> {
+    listener: &'a TcpListener,
+}
+
+impl Iterator for Incoming<'_> {
+    type Item = io::Result<TcpStream>;
+
+    fn next(&mut self) -> Option<io::Result<TcpStream>> {
+        Some(self.listener.accept().map(|(s, _)| s))
+    }
+}
+
+/// A TCP connection. `Read`/`Write` park the calling fiber while the socket
+/// is not ready; they are also implemented on `&TcpStream`, so one fiber
+/// can read while another writes.
+pub struct TcpStream {
+    sock: Owned<std::net::TcpStream>,
+    read_timeout: Timeout,
+    write_timeout: Timeout,
+}
+
+impl TcpStream {
+    fn wrap(s: std::net::TcpStream) -> TcpStream {
+        TcpStream {
+            sock: Owned::new(s),
+            read_timeout: Timeout::default(),
+            write_timeout: Timeout::default(),
+        }
+    }
+
+    /// Connects to `addr`, trying each resolved address in turn. On a fiber
+    /// the connect is non-blocking and parks for writability; a host name
+    /// is resolved on the blocking pool.
+    pub fn connect<A: ToSocketAddrs + Sync>(addr: A) -> io::Result<TcpStream> {
+        each_addr(&addr, |a| connect_addr(a, None))
+    }
+
+    /// Like [`connect`](Self::connect), with one deadline over the
+    /// resolution and every connect attempt (a resolution already running
+    /// when the deadline passes is waited for, then the call fails).
+    pub fn connect_timeout<A: ToSocketAddrs + Sync>(
+        addr: A,
+        timeout: Duration,
+    ) -> io::Result<TcpStream> {
+        let deadline = Instant::now() + timeout;
+        let timed_out = || io::Error::new(io::ErrorKind::TimedOut, "connection timed out");
+        each_addr(&addr, |a| {
+            if Instant::now() >= deadline {
+                return Err(timed_out());
+            }
+            connect_addr(a, Some(deadline)).map_err(|e| {
+                if e.kind() == io::ErrorKind::TimedOut {
+                    timed_out()
+                } else {
+                    e
+                }
+            })
+        })
+    }
+
+    /// The remote address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.sock.get().peer_addr()
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.sock.get().local_addr()
+    }
+
+    /// Shuts down the read, write, or both halves.
+    pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        self.sock.get().shutdown(how)
+    }
+
+    /// `TCP_NODELAY`.
+    pub fn set_nodelay(&self, nodelay: bool) -> io::Result<()> {
+        self.sock.get().set_nodelay(nodelay)
+    }
+
+    /// Whether `TCP_NODELAY` is set.
+    pub fn nodelay(&self) -> io::Result<bool> {
+        self.sock.get().nodelay()
+    }
+
+    /// `IP_TTL`.
+    pub fn set_ttl(&self, ttl: u32) -> io::Result<()> {
+        self.sock.get().set_ttl(ttl)
+    }
+
+    /// A deadline for each read (`None`: wait forever). An expired read
+    /// fails with `TimedOut`.
+    pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        self.read_timeout.set(t)
+    }
+
+    /// A deadline for each write.
+    pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        self.write_timeout.set(t)
+    }
+
+    /// The read timeout.
+    pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(self.read_timeout.get())
+    }
+
+    /// The write timeout.
+    pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(self.write_timeout.get())
+    }
+
+    /// The pending socket error, if any.
+    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+        self.sock.get().take_error()
+    }
+
+    /// Reads without consuming (`MSG_PEEK`).
+    pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+        retry(
+            self.sock.fd(),
+            Dir::Read,
+            self.read_timeout.deadline(),
+            false,
+            || self.sock.get().peek(buf),
+        )
+    }
+
+    /// A second handle to the same connection (a new fd), with the same
+    /// timeouts.
+    pub fn try_clone(&self) -> io::Result<TcpStream> {
+        let s = TcpStream::wrap(self.sock.get().try_clone()?);
+        s.read_timeout.set(self.read_timeout.get())?;
+        s.write_timeout.set(self.write_timeout.get())?;
+        Ok(s)
+    }
+
+    /// Gives back the std stream (in blocking mode again).
+    pub fn into_std(self) -> io::Result<std::net::TcpStream> {
+        let s = self.sock.into_inner();
+        s.set_nonblocking(false)?;
+        Ok(s)
+    }
+}
+
+fn connect_addr(addr: &SocketAddr, deadline: Option<Instant>) -> io::Result<TcpStream> {
+    let sock = Socket::new(Domain::for_address(*addr), Type::STREAM.cloexec(), None)?;
+    sock.set_nonblocking(true)?;
+    match sock.connect(&(*addr).into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {
+            let fd = sock.as_raw_fd();
+            let wait = crate::io::wait_fd(fd, crate::poll::slot::WRITE, deadline, false);
+            if let Err(e) = wait {
+                // Reset the slot before the fd (closed with `sock`) is reused.
+                crate::poll::release_fd(fd);
+                return Err(e);
+            }
+            if let Some(e) = sock.take_error()? {
+                crate::poll::release_fd(fd);
+                return Err(e);
+            }
+        }
+        Err(e) => return Err(e),
+    }
+    Ok(TcpStream::wrap(sock.into()))
+}
+
+impl Read for &TcpStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let s = *self;
+        retry(
+            s.sock.fd(),
+            Dir::Read,
+            s.read_timeout.deadline(),
+            false,
+            || (&*s.sock.get()).read(buf),
+        )
+    }
+
+    fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        let s = *self;
+        retry(
+            s.sock.fd(),
+            Dir::Read,
+            s.read_timeout.deadline(),
+            false,
+            || (&*s.sock.get()).read_vectored(bufs),
+        )
+    }
+}
+
+impl Write for &TcpStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let s = *self;
+        retry(
+            s.sock.fd(),
+            Dir::Write,
+            s.write_timeout.deadline(),
+            false,
+            || (&*s.sock.get()).write(buf),
+        )
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        let s = *self;
+        retry(
+            s.sock.fd(),
+            Dir::Write,
+            s.write_timeout.deadline(),
+            false,
+            || (&*s.sock.get()).write_vectored(bufs),
+        )
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Read for TcpStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        (&*self).read(buf)
+    }
+
+    fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        (&*self).read_vectored(bufs)
+    }
+}
+
+impl Write for TcpStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        (&*self).write(buf)
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        (&*self).write_vectored(bufs)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for TcpStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpStream")
+            .field("fd", &self.sock.fd())
+            .field("local", &self.local_addr().ok())
+            .field("peer", &self.peer_addr().ok())
+            .finish()
+    }
+}
+
+impl From<std::net::TcpStream> for TcpStream {
+    /// Takes over a std stream (switching it to non-blocking mode).
+    fn from(s: std::net::TcpStream) -> TcpStream {
+        let _ = s.set_nonblocking(true);
+        TcpStream::wrap(s)
+    }
+}
+
+impl AsRawFd for TcpStream {
+    fn as_raw_fd(&self) -> RawFd {
+        self.sock.fd()
+    }
+}
+
+impl AsFd for TcpStream {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.sock.get().as_fd()
+    }
+}
+
+impl IntoRawFd for TcpStream {
+    fn into_raw_fd(self) -> RawFd {
+        self.sock.into_inner().into_raw_fd()
+    }
+}
+
+impl FromRawFd for TcpStream {
+    /// # Safety
+    ///
+    /// `fd` must be an open, connected TCP socket owned by the caller.
+    unsafe fn from_raw_fd(fd: RawFd) -> TcpStream {
+        // SAFETY: forwarded from the caller.
+        TcpStream::from(unsafe { std::net::TcpStream::from_raw_fd(fd) })
+    }
+}
+
+impl From<TcpStream> for OwnedFd {
+    fn from(s: TcpStream) -> OwnedFd {
+        s.sock.into_inner().into()
+    }
+}

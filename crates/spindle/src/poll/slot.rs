@@ -1,0 +1,217 @@
+//! Per-fd readiness state: banked edge bits and the waiters of each
+//! direction, in one process-wide table indexed by fd number.
+//!
+//! # Banked edges (seed 002)
+//!
+//! Every fd is registered once, edge-triggered for both directions. An edge
+//! that arrives while nobody waits is *banked* in the slot's `ready` bits; the
+//! next wait in that direction consumes the bit and skips the park. Every
+//! wait follows an `EAGAIN` from the operation itself, so a fresh readiness
+//! transition is always a fresh edge: a banked bit is never stale in a way
+//! that loses data, at worst it costs one extra try.
+//!
+//! # The lock protocol
+//!
+//! A waiter checks the bit and, if it is clear, publishes itself, under the
+//! slot's lock; the poller sets the bit or takes the waiters under the same
+//! lock. So an edge either is seen by the waiter's check or finds the waiter
+//! registered: never neither.
+//!
+//! # fd reuse
+//!
+//! Each slot carries a generation, bumped when the fd is closed through
+//! Spindle; it is part of every epoll event's tag, so an event for a closed
+//! fd cannot mark the fd that reused its number. Closing wakes every waiter
+//! with `Closed` and resets the slot before the number can be reused.
+
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::task::Waker;
+
+use crate::sched::park::{WaitToken, Wake};
+
+/// Readable edge banked.
+pub(crate) const READ: u8 = 1;
+/// Writable edge banked.
+pub(crate) const WRITE: u8 = 2;
+
+const CHUNK: usize = 1024;
+const CHUNKS: usize = 1024;
+
+/// Largest fd the table covers (exclusive).
+pub(crate) const MAX_FD: usize = CHUNK * CHUNKS;
+
+/// Who waits on a direction of an fd.
+pub(crate) enum IoWaiter {
+    /// A parked fiber; `urgent` asks for accept admission (run next).
+    Fiber { token: WaitToken, urgent: bool },
+    /// A future's waker (`io::readable`/`writable`).
+    Waker(Waker),
+}
+
+impl IoWaiter {
+    fn wake(self, why: Wake) {
+        match self {
+            IoWaiter::Fiber { token, urgent } => {
+                token.wake(why, urgent);
+            }
+            IoWaiter::Waker(w) => w.wake(),
+        }
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Waiters {
+    pub(crate) bits: u8,
+    read: Vec<IoWaiter>,
+    write: Vec<IoWaiter>,
+}
+
+impl Waiters {
+    fn list(&mut self, dir: u8) -> &mut Vec<IoWaiter> {
+        if dir == READ {
+            &mut self.read
+        } else {
+            &mut self.write
+        }
+    }
+
+    /// Consumes a banked edge for `dir`, if there is one.
+    pub(crate) fn take_bit(&mut self, dir: u8) -> bool {
+        let had = self.bits & dir != 0;
+        self.bits &= !dir;
+        had
+    }
+
+    pub(crate) fn push(&mut self, dir: u8, waiter: IoWaiter) {
+        self.list(dir).push(waiter);
+    }
+
+    /// Removes the fiber wait identified by `token` (after a timeout).
+    pub(crate) fn remove_token(&mut self, dir: u8, token: &WaitToken) {
+        self.list(dir).retain(|w| match w {
+            IoWaiter::Fiber { token: t, .. } => !t.same(token),
+            IoWaiter::Waker(_) => true,
+        });
+    }
+
+    /// Removes a future's registration.
+    pub(crate) fn remove_waker(&mut self, dir: u8, waker: &Waker) {
+        self.list(dir).retain(|w| match w {
+            IoWaiter::Waker(old) => !old.will_wake(waker),
+            IoWaiter::Fiber { .. } => true,
+        });
+    }
+
+    /// Replaces a future's registration (same waker) or adds it.
+    pub(crate) fn set_waker(&mut self, dir: u8, waker: &Waker) {
+        let list = self.list(dir);
+        for w in list.iter_mut() {
+            if let IoWaiter::Waker(old) = w {
+                if old.will_wake(waker) {
+                    return;
+                }
+            }
+        }
+        list.push(IoWaiter::Waker(waker.clone()));
+    }
+}
+
+/// The state of one fd number.
+pub(crate) struct FdSlot {
+    /// Bumped on close; tags epoll events.
+    pub(crate) generation: AtomicU32,
+    /// Id of the poller this fd is registered with (0: none).
+    pub(crate) poller: AtomicU64,
+    waiters: Mutex<Waiters>,
+}
+
+impl FdSlot {
+    fn new() -> FdSlot {
+        FdSlot {
+            generation: AtomicU32::new(0),
+            poller: AtomicU64::new(0),
+            waiters: Mutex::new(Waiters::default()),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Waiters> {
+        self.waiters.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records an edge from the poller: wakes the waiters of each ready
+    /// direction, or banks the edge when there are none.
+    pub(crate) fn deliver(&self, generation: u32, dirs: u8) {
+        let mut woken: Vec<IoWaiter> = Vec::new();
+        {
+            let mut w = self.lock();
+            if self.generation.load(Ordering::Acquire) != generation {
+                return; // an event for an fd closed meanwhile
+            }
+            for dir in [READ, WRITE] {
+                if dirs & dir == 0 {
+                    continue;
+                }
+                let list = w.list(dir);
+                if list.is_empty() {
+                    w.bits |= dir;
+                } else {
+                    woken.append(list);
+                }
+            }
+        }
+        for waiter in woken {
+            waiter.wake(Wake::Ready);
+        }
+    }
+
+    /// The fd is being closed: wake everyone with `Closed`, reset the slot.
+    pub(crate) fn close(&self) {
+        let woken: Vec<IoWaiter> = {
+            let mut w = self.lock();
+            self.generation.fetch_add(1, Ordering::AcqRel);
+            self.poller.store(0, Ordering::Release);
+            w.bits = 0;
+            let mut all = std::mem::take(&mut w.read);
+            all.append(&mut w.write);
+            all
+        };
+        for waiter in woken {
+            waiter.wake(Wake::Closed);
+        }
+    }
+}
+
+/// The process-wide table of slots, grown a chunk at a time, never shrunk.
+static TABLE: [AtomicPtr<[FdSlot; CHUNK]>; CHUNKS] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; CHUNKS];
+
+/// The slot of `fd` (`None` past [`MAX_FD`]).
+pub(crate) fn slot(fd: i32) -> Option<&'static FdSlot> {
+    let fd = usize::try_from(fd).ok()?;
+    if fd >= MAX_FD {
+        return None;
+    }
+    let (hi, lo) = (fd / CHUNK, fd % CHUNK);
+    let mut chunk = TABLE[hi].load(Ordering::Acquire);
+    if chunk.is_null() {
+        let fresh: Box<[FdSlot; CHUNK]> = Box::new(std::array::from_fn(|_| FdSlot::new()));
+        let fresh = Box::into_raw(fresh);
+        match TABLE[hi].compare_exchange(
+            std::ptr::null_mut(),
+            fresh,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => chunk = fresh,
+            Err(existing) => {
+                // SAFETY: `fresh` was never published; we still own it.
+                drop(unsafe { Box::from_raw(fresh) });
+                chunk = existing;
+            }
+        }
+    }
+    // SAFETY: chunks are published once and never freed, so the reference
+    // is valid for the rest of the process.
+    Some(unsafe { &(*chunk)[lo] })
+}

@@ -1,0 +1,126 @@
+//! Timers: a min-heap of deadlines per worker (seed 004 §7.7.4).
+//!
+//! Each worker owns a [`TimerHeap`] and is the only thread that touches it:
+//! a fiber arms its timeout on the worker it runs on (it never moves), and
+//! the worker fires due entries in its loop — on a cadence while busy, and
+//! before it sleeps, bounding the sleep by the next deadline. Insertion and
+//! expiry are O(log n); due entries fire in deadline order (ties in arming
+//! order); resolution is the millisecond of `epoll_wait`'s timeout, finer
+//! when the worker is busy.
+//!
+//! A wait that ends some other way (its fd became ready) leaves its entry in
+//! the heap: firing it later does nothing, because the fiber's wait word has
+//! moved on (see `sched::park`). Such dead entries are counted, and the heap
+//! is compacted when they outnumber the live ones, so a socket that re-arms a
+//! read timeout on every read cannot grow the heap without bound.
+//!
+//! Futures polled off any worker (`time::sleep_future` on a plain thread)
+//! use the heap of the process's background poller thread instead.
+
+use std::cmp::Ordering as CmpOrdering;
+use std::collections::BinaryHeap;
+use std::task::Waker;
+use std::time::Instant;
+
+use crate::sched::park::{WaitToken, Wake};
+
+/// What a timer wakes.
+pub(crate) enum TimerTarget {
+    /// A fiber's wait (fails it with `TimedOut` if still current).
+    Fiber(WaitToken),
+    /// A future's waker.
+    Waker(Waker),
+}
+
+struct Entry {
+    deadline: Instant,
+    order: u64,
+    target: TimerTarget,
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        self.deadline == other.deadline && self.order == other.order
+    }
+}
+impl Eq for Entry {}
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Entry {
+    /// Reversed: `BinaryHeap` is a max-heap, we want the earliest first.
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        other
+            .deadline
+            .cmp(&self.deadline)
+            .then(other.order.cmp(&self.order))
+    }
+}
+
+/// A min-heap of deadlines.
+#[derive(Default)]
+pub(crate) struct TimerHeap {
+    heap: BinaryHeap<Entry>,
+    order: u64,
+    dead: usize,
+}
+
+impl TimerHeap {
+    pub(crate) fn arm(&mut self, deadline: Instant, target: TimerTarget) {
+        self.order += 1;
+        self.heap.push(Entry {
+            deadline,
+            order: self.order,
+            target,
+        });
+    }
+
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        self.heap.peek().map(|e| e.deadline)
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.heap.is_empty()
+    }
+
+    /// Fires every entry due at `now`, earliest first. Returns how many
+    /// fiber waits it ended.
+    pub(crate) fn fire_due(&mut self, now: Instant) -> usize {
+        let mut fired = 0;
+        while let Some(top) = self.heap.peek() {
+            if top.deadline > now {
+                break;
+            }
+            let entry = self.heap.pop().expect("peeked");
+            match entry.target {
+                TimerTarget::Fiber(token) => {
+                    if token.wake(Wake::TimedOut, false) {
+                        fired += 1;
+                    } else {
+                        self.dead = self.dead.saturating_sub(1);
+                    }
+                }
+                TimerTarget::Waker(w) => w.wake(),
+            }
+        }
+        fired
+    }
+
+    /// A fiber wait whose timer is armed here ended another way.
+    pub(crate) fn note_dead(&mut self) {
+        self.dead += 1;
+        if self.dead > 1024 && self.dead * 2 > self.heap.len() {
+            let entries = std::mem::take(&mut self.heap).into_vec();
+            self.heap = entries
+                .into_iter()
+                .filter(|e| match &e.target {
+                    TimerTarget::Fiber(token) => token.is_pending(),
+                    TimerTarget::Waker(_) => true,
+                })
+                .collect();
+            self.dead = 0;
+        }
+    }
+}
