@@ -27,9 +27,19 @@ pub struct TcpListener {
 }
 
 impl TcpListener {
-    /// Binds to `addr` (each resolved address in turn, like std).
+    /// Binds to `addr` (each resolved address in turn, like std), with
+    /// `SO_REUSEADDR` and the system's largest accept backlog
+    /// (`net.core.somaxconn`; std uses 128, which drops SYNs from a burst of
+    /// clients into seconds of retransmit backoff).
     pub fn bind<A: ToSocketAddrs + Sync>(addr: A) -> io::Result<TcpListener> {
-        each_addr(&addr, |a| std::net::TcpListener::bind(a)).and_then(TcpListener::from_std)
+        each_addr(&addr, |a| {
+            let sock = Socket::new(Domain::for_address(*a), Type::STREAM.cloexec(), None)?;
+            sock.set_reuse_address(true)?;
+            sock.bind(&(*a).into())?;
+            sock.listen(listen_backlog())?;
+            Ok(std::net::TcpListener::from(sock))
+        })
+        .and_then(TcpListener::from_std)
     }
 
     fn from_std(l: std::net::TcpListener) -> io::Result<TcpListener> {
@@ -80,6 +90,17 @@ impl TcpListener {
         l.set_nonblocking(false)?;
         Ok(l)
     }
+}
+
+/// `net.core.somaxconn`, read once (4096 if unreadable).
+fn listen_backlog() -> i32 {
+    static BACKLOG: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
+    *BACKLOG.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(4096)
+    })
 }
 
 fn accept_nonblocking(fd: RawFd) -> io::Result<(Socket, SocketAddr)> {

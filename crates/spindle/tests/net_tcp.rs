@@ -1,0 +1,393 @@
+//! TCP through the netpoller: many connections, concurrent halves, closes,
+//! resets, timeouts, and the same socket from a plain thread.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::Shutdown;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use spindle::net::{TcpListener, TcpStream};
+use spindle::Runtime;
+
+fn raise_nofile(want: u64) {
+    let rl = libc::rlimit {
+        rlim_cur: want,
+        rlim_max: want,
+    };
+    // SAFETY: plain syscall. Raising the hard limit needs root (CI is root);
+    // if it fails, the soft limit is raised as far as the hard one allows.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &rl) } != 0 {
+        let mut cur = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: as above.
+        unsafe {
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut cur);
+            cur.rlim_cur = cur.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &cur);
+        }
+    }
+}
+
+fn echo_server(listener: TcpListener) {
+    for conn in listener.incoming() {
+        let mut conn = match conn {
+            Ok(c) => c,
+            Err(_) => continue,
+        };
+        spindle::spawn(move || {
+            let mut buf = [0u8; 4096];
+            loop {
+                match conn.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => {
+                        if conn.write_all(&buf[..n]).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+    }
+}
+
+const CONNS: usize = 10_000;
+const CHILD_ENV: &str = "SPINDLE_ECHO_CLIENTS_FOR";
+
+/// The client side of the 10 000-connection test, in a child process (this
+/// test binary re-executed): one process may hold only 20 000 fds here, and
+/// both ends of 10 000 connections need that many.
+#[test]
+fn child_ten_thousand_echo_clients() {
+    let Ok(addr) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    raise_nofile(65_536);
+    let addr: std::net::SocketAddr = addr.parse().unwrap();
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let ok = rt.block_on(move || {
+        let connected = Arc::new(AtomicUsize::new(0));
+        let clients: Vec<_> = (0..CONNS)
+            .map(|i| {
+                let connected = connected.clone();
+                spindle::spawn(move || -> Result<(), String> {
+                    let mut s =
+                        TcpStream::connect(addr).map_err(|e| format!("connect {i}: {e}"))?;
+                    connected.fetch_add(1, Ordering::SeqCst);
+                    // Hold every connection open at once before talking.
+                    let deadline = Instant::now() + Duration::from_secs(60);
+                    while connected.load(Ordering::SeqCst) < CONNS {
+                        if Instant::now() > deadline {
+                            return Err("not all clients connected in 60 s".into());
+                        }
+                        spindle::time::sleep(Duration::from_millis(5));
+                    }
+                    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                    let msg = format!("hello from client {i}\n");
+                    s.write_all(msg.as_bytes()).map_err(|e| e.to_string())?;
+                    let mut back = vec![0u8; msg.len()];
+                    s.read_exact(&mut back)
+                        .map_err(|e| format!("read {i}: {e}"))?;
+                    if back != msg.as_bytes() {
+                        return Err(format!("client {i} got {back:?}"));
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        let mut ok = 0;
+        for h in clients {
+            match h.join().unwrap() {
+                Ok(()) => ok += 1,
+                Err(e) => eprintln!("{e}"),
+            }
+        }
+        ok
+    });
+    println!("ECHOED {ok}");
+    assert_eq!(ok, CONNS);
+}
+
+#[test]
+fn echo_with_ten_thousand_concurrent_connections() {
+    if std::env::var(CHILD_ENV).is_ok() {
+        return;
+    }
+    raise_nofile(65_536);
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let served = Arc::new(AtomicUsize::new(0));
+    let s2 = served.clone();
+    let addr = rt.block_on(move || {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        spindle::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { continue };
+                let served = s2.clone();
+                spindle::spawn(move || {
+                    let mut buf = [0u8; 256];
+                    while let Ok(n) = conn.read(&mut buf) {
+                        if n == 0 || conn.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                        served.fetch_add(1, Ordering::SeqCst);
+                    }
+                });
+            }
+        });
+        addr
+    });
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "child_ten_thousand_echo_clients",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, addr.to_string())
+        .output()
+        .expect("client process runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "clients failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains(&format!("ECHOED {CONNS}")), "{stdout}");
+    assert!(served.load(Ordering::SeqCst) >= CONNS);
+}
+
+#[test]
+fn a_reader_and_a_writer_fiber_share_one_stream() {
+    spindle::run(|| {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        spindle::spawn(move || echo_server(listener));
+        let stream = Arc::new(TcpStream::connect(addr).unwrap());
+        const TOTAL: usize = 4 << 20; // more than the socket buffers hold
+        let w = stream.clone();
+        let writer = spindle::spawn(move || {
+            let chunk = vec![7u8; 64 * 1024];
+            let mut sent = 0;
+            while sent < TOTAL {
+                (&*w).write_all(&chunk).unwrap();
+                sent += chunk.len();
+            }
+        });
+        let mut got = 0;
+        let mut buf = vec![0u8; 64 * 1024];
+        while got < TOTAL {
+            let n = (&*stream).read(&mut buf).unwrap();
+            assert!(buf[..n].iter().all(|&b| b == 7));
+            got += n;
+        }
+        writer.join().unwrap();
+        assert_eq!(got, TOTAL);
+    });
+}
+
+#[test]
+fn closing_an_fd_wakes_the_fiber_parked_on_it() {
+    spindle::run(|| {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&a);
+        let owned: std::os::fd::OwnedFd = a.into();
+        let waiter = spindle::spawn(move || spindle::io::wait_readable(fd, None));
+        spindle::time::sleep(Duration::from_millis(20));
+        let start = Instant::now();
+        spindle::io::close(owned);
+        let err = waiter.join().unwrap().expect_err("the close ends the wait");
+        assert_eq!(err.kind(), ErrorKind::ConnectionAborted);
+        assert!(start.elapsed() < Duration::from_secs(1));
+    });
+}
+
+#[test]
+fn a_peer_reset_fails_only_that_stream() {
+    spindle::run(|| {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let victim = TcpStream::connect(addr).unwrap();
+        let (server_side, _) = listener.accept().unwrap();
+        let healthy = TcpStream::connect(addr).unwrap();
+        let (healthy_server, _) = listener.accept().unwrap();
+        // Abort the connection: SO_LINGER 0 makes close send a RST.
+        socket2::SockRef::from(&victim)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(victim);
+        let mut buf = [0u8; 8];
+        let err = (&server_side).read(&mut buf).expect_err("reset");
+        assert_eq!(err.kind(), ErrorKind::ConnectionReset);
+        // The other connection is untouched.
+        (&healthy).write_all(b"ok").unwrap();
+        let mut two = [0u8; 2];
+        (&healthy_server).read_exact(&mut two).unwrap();
+        assert_eq!(&two, b"ok");
+    });
+}
+
+#[test]
+fn a_half_closed_peer_reads_as_eof_and_can_still_be_written() {
+    spindle::run(|| {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = TcpStream::connect(addr).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        (&client).write_all(b"last words").unwrap();
+        client.shutdown(Shutdown::Write).unwrap();
+        let mut got = Vec::new();
+        (&server).read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"last words");
+        (&server).write_all(b"reply").unwrap();
+        let mut reply = [0u8; 5];
+        (&client).read_exact(&mut reply).unwrap();
+        assert_eq!(&reply, b"reply");
+    });
+}
+
+#[test]
+fn connecting_to_a_closed_port_is_refused_at_once() {
+    spindle::run(|| {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let start = Instant::now();
+        let err = TcpStream::connect(("127.0.0.1", port)).expect_err("nobody listens");
+        assert_eq!(err.kind(), ErrorKind::ConnectionRefused);
+        assert!(start.elapsed() < Duration::from_secs(1));
+    });
+}
+
+#[test]
+fn connect_timeout_fires_when_the_backlog_is_full() {
+    spindle::run(|| {
+        // A listener with the smallest backlog that never accepts: once its
+        // queue is full the kernel drops further SYNs and connects hang.
+        let sock =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        sock.bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+        sock.listen(0).unwrap();
+        let addr = sock.local_addr().unwrap().as_socket().unwrap();
+        let mut held = Vec::new();
+        let mut timed_out = false;
+        for _ in 0..64 {
+            let start = Instant::now();
+            match TcpStream::connect_timeout(addr, Duration::from_millis(200)) {
+                Ok(s) => held.push(s),
+                Err(e) => {
+                    assert_eq!(e.kind(), ErrorKind::TimedOut, "{e}");
+                    let took = start.elapsed();
+                    assert!(took >= Duration::from_millis(190), "{took:?}");
+                    assert!(took < Duration::from_secs(2), "{took:?}");
+                    timed_out = true;
+                    break;
+                }
+            }
+        }
+        assert!(
+            timed_out,
+            "the backlog never filled ({} connected)",
+            held.len()
+        );
+    });
+}
+
+#[test]
+fn read_and_write_timeouts_are_deadlines() {
+    spindle::run(|| {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = TcpStream::connect(addr).unwrap();
+        let (_server, _) = listener.accept().unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
+        let start = Instant::now();
+        let err = (&client).read(&mut [0u8; 8]).expect_err("no data comes");
+        assert_eq!(err.kind(), ErrorKind::TimedOut);
+        assert!(start.elapsed() >= Duration::from_millis(45));
+        // Nobody reads on the other side: the buffers fill, then the write
+        // deadline passes.
+        client
+            .set_write_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
+        let chunk = vec![0u8; 1 << 20];
+        let err = loop {
+            if let Err(e) = (&client).write(&chunk) {
+                break e;
+            }
+        };
+        assert_eq!(err.kind(), ErrorKind::TimedOut);
+    });
+}
+
+#[test]
+fn the_same_stream_works_from_a_plain_thread() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let (client, server) = rt.block_on(|| {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = TcpStream::connect(addr).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        (client, server)
+    });
+    // The server half stays on a fiber, the client half moves to a thread.
+    let echo = rt.spawn(move || {
+        let mut buf = [0u8; 5];
+        (&server).read_exact(&mut buf).unwrap();
+        (&server).write_all(&buf).unwrap();
+    });
+    let t = std::thread::spawn(move || {
+        (&client).write_all(b"plain").unwrap();
+        let mut back = [0u8; 5];
+        (&client).read_exact(&mut back).unwrap(); // blocks the thread
+        back
+    });
+    assert_eq!(&t.join().unwrap(), b"plain");
+    echo.join().unwrap();
+}
+
+#[test]
+fn localhost_is_resolved_off_the_worker() {
+    spindle::run(|| {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accept = spindle::spawn(move || listener.accept().map(|_| ()));
+        let s = TcpStream::connect(("localhost", port)).unwrap();
+        assert!(s.peer_addr().unwrap().ip().is_loopback());
+        accept.join().unwrap().unwrap();
+    });
+}
+
+#[test]
+fn udp_and_unix_sockets_park_too() {
+    spindle::run(|| {
+        let a = spindle::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = spindle::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = b.local_addr().unwrap();
+        let rx = spindle::spawn(move || {
+            let mut buf = [0u8; 8];
+            b.recv_from(&mut buf).map(|(n, _)| buf[..n].to_vec())
+        });
+        spindle::time::sleep(Duration::from_millis(10));
+        a.send_to(b"udp", to).unwrap();
+        assert_eq!(rx.join().unwrap().unwrap(), b"udp");
+
+        let (x, y) = spindle::net::UnixStream::pair().unwrap();
+        let reader = spindle::spawn(move || {
+            let mut buf = [0u8; 4];
+            (&y).read_exact(&mut buf).map(|_| buf)
+        });
+        spindle::time::sleep(Duration::from_millis(10));
+        (&x).write_all(b"unix").unwrap();
+        assert_eq!(&reader.join().unwrap().unwrap(), b"unix");
+    });
+}
