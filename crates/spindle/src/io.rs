@@ -43,17 +43,30 @@ use crate::sched::worker;
 /// Parks the calling fiber until `fd` is readable, or `timeout` passes
 /// (`TimedOut`). On a plain thread it blocks in `poll(2)`.
 pub fn wait_readable(fd: RawFd, timeout: Option<Duration>) -> io::Result<()> {
-    wait_fd(fd, READ, timeout.map(|t| Instant::now() + t), false)
+    wait_fd_as(
+        fd,
+        READ,
+        timeout.map(|t| Instant::now() + t),
+        false,
+        Owner::Foreign,
+    )
 }
 
 /// Parks the calling fiber until `fd` is writable, or `timeout` passes.
 pub fn wait_writable(fd: RawFd, timeout: Option<Duration>) -> io::Result<()> {
-    wait_fd(fd, WRITE, timeout.map(|t| Instant::now() + t), false)
+    wait_fd_as(
+        fd,
+        WRITE,
+        timeout.map(|t| Instant::now() + t),
+        false,
+        Owner::Foreign,
+    )
 }
 
 /// Closes `fd` through the netpoller: every fiber waiting on it wakes with
 /// an error, and its readiness state is reset before the number can be
-/// reused.
+/// reused. Fds that were waited on with this module may also be closed by
+/// other code; a later wait on a reused number registers it afresh.
 pub fn close(fd: OwnedFd) {
     crate::poll::close_fd(fd.into_raw_fd());
 }
@@ -72,13 +85,31 @@ fn closed(fd: RawFd) -> io::Error {
     )
 }
 
-/// The one wait: park the fiber on the netpoller (or `poll(2)` a thread)
-/// until `fd` is ready in `dir`. `urgent` asks for accept admission.
+/// Whether Spindle owns an fd (closes it through the netpoller) or not.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Owner {
+    Spindle,
+    Foreign,
+}
+
+/// The one wait for Spindle's own sockets: park the fiber on the netpoller
+/// (or `poll(2)` a thread) until `fd` is ready in `dir`. `urgent` asks for
+/// accept admission.
 pub(crate) fn wait_fd(
     fd: RawFd,
     dir: u8,
     deadline: Option<Instant>,
     urgent: bool,
+) -> io::Result<()> {
+    wait_fd_as(fd, dir, deadline, urgent, Owner::Spindle)
+}
+
+fn wait_fd_as(
+    fd: RawFd,
+    dir: u8,
+    deadline: Option<Instant>,
+    urgent: bool,
+    owner: Owner,
 ) -> io::Result<()> {
     if !worker::can_park() {
         return poll_thread(fd, dir, deadline);
@@ -202,8 +233,10 @@ impl Future for Readiness {
             )));
         };
         let registered = worker::with_scheduler(|s| match s {
-            Some(s) => s.poller.register(self.fd, slot),
-            None => crate::poll::background().poller.register(self.fd, slot),
+            Some(s) => s.poller.register_foreign(self.fd, slot),
+            None => crate::poll::background()
+                .poller
+                .register_foreign(self.fd, slot),
         });
         match registered {
             Ok(()) => {}

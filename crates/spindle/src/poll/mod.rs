@@ -122,6 +122,29 @@ impl Poller {
         Ok(())
     }
 
+    /// Registers an fd Spindle does not own (the `io` integration API):
+    /// other code may have closed it, and the number been reused, without
+    /// telling us — the kernel then dropped the old registration. So this
+    /// re-adds on every call; `EEXIST` means it is still registered.
+    pub(crate) fn register_foreign(&self, fd: RawFd, slot: &FdSlot) -> io::Result<()> {
+        let _guard = slot.lock();
+        let generation = slot.generation.load(Ordering::Acquire);
+        let events = (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
+        match self
+            .epoll
+            .add(fd, events, (generation as u64) << 32 | fd as u32 as u64)
+        {
+            Ok(()) => {
+                if slot.poller.swap(self.id, Ordering::AcqRel) == 0 {
+                    self.registered.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(())
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     pub(crate) fn has_registrations(&self) -> bool {
         self.registered.load(Ordering::Relaxed) > 0
     }

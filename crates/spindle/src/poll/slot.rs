@@ -153,10 +153,13 @@ impl FdSlot {
                     continue;
                 }
                 let list = w.list(dir);
-                if list.is_empty() {
+                // A fiber's wait returns `Ready` when woken; a future looks
+                // at the bit on its next poll, so for it the edge is banked
+                // as well as delivered.
+                let bank = list.is_empty() || list.iter().any(|x| matches!(x, IoWaiter::Waker(_)));
+                woken.append(list);
+                if bank {
                     w.bits |= dir;
-                } else {
-                    woken.append(list);
                 }
             }
         }

@@ -1,0 +1,143 @@
+//! Timers: sleeping fibers, deadline order, many armed timers, off-runtime.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use spindle::Runtime;
+
+#[test]
+fn hundred_thousand_sleeping_fibers_wake_in_deadline_order() {
+    const N: u64 = 100_000;
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let order = rt.block_on(|| {
+        let woke = Arc::new(Mutex::new(Vec::with_capacity(N as usize)));
+        let start = Arc::new(std::sync::OnceLock::<Instant>::new());
+        let parked = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let handles: Vec<_> = (0..N)
+            .map(|i| {
+                let (woke, start, parked) = (woke.clone(), start.clone(), parked.clone());
+                // Deadlines shuffled across 0..500 ms (a fixed permutation).
+                let offset_us = i.wrapping_mul(2_654_435_761) % 500_000;
+                spindle::spawn(move || {
+                    parked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    while start.get().is_none() {
+                        spindle::park();
+                    }
+                    let deadline = *start.get().unwrap() + Duration::from_micros(offset_us);
+                    spindle::time::sleep_until(deadline);
+                    woke.lock().unwrap().push(deadline);
+                })
+            })
+            .collect();
+        // Every fiber exists and waits before the first deadline is set.
+        while parked.load(std::sync::atomic::Ordering::SeqCst) < N {
+            spindle::yield_now();
+        }
+        start
+            .set(Instant::now() + Duration::from_millis(500))
+            .unwrap();
+        for h in &handles {
+            h.fiber().unpark();
+        }
+        for h in handles {
+            h.join().unwrap();
+        }
+        Arc::try_unwrap(woke).unwrap().into_inner().unwrap()
+    });
+    assert_eq!(order.len(), N as usize);
+    let out_of_order = order.windows(2).filter(|w| w[0] > w[1]).count();
+    assert_eq!(out_of_order, 0, "fibers woke out of deadline order");
+}
+
+/// Polls every future in a list once per wake, until all are ready.
+struct All<F>(Vec<Option<F>>);
+
+impl<F: Future<Output = ()> + Unpin> Future for All<F> {
+    type Output = usize;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<usize> {
+        let mut pending = 0;
+        for slot in self.0.iter_mut() {
+            if let Some(f) = slot {
+                if Pin::new(f).poll(cx).is_ready() {
+                    *slot = None;
+                } else {
+                    pending += 1;
+                }
+            }
+        }
+        if pending == 0 {
+            Poll::Ready(self.0.len())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+#[test]
+fn a_million_armed_timers_all_fire() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let fired = rt.block_on(|| {
+        let now = Instant::now();
+        let sleeps = (0..1_000_000u64)
+            .map(|i| {
+                Some(spindle::time::sleep_until_future(
+                    now + Duration::from_millis(50 + i % 200),
+                ))
+            })
+            .collect();
+        spindle::block_on(All(sleeps))
+    });
+    assert_eq!(fired, 1_000_000);
+}
+
+#[test]
+fn sleep_parks_the_fiber_not_the_worker() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    rt.block_on(|| {
+        let start = Instant::now();
+        let sleepers: Vec<_> = (0..1000)
+            .map(|_| spindle::spawn(|| spindle::time::sleep(Duration::from_millis(100))))
+            .collect();
+        for s in sleepers {
+            s.join().unwrap();
+        }
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(100));
+        assert!(
+            took < Duration::from_secs(2),
+            "1000 sleeps ran one after another: {took:?}"
+        );
+    });
+}
+
+#[test]
+fn park_timeout_returns_on_time_or_on_unpark() {
+    spindle::run(|| {
+        let start = Instant::now();
+        spindle::park_timeout(Duration::from_millis(30));
+        assert!(start.elapsed() >= Duration::from_millis(30));
+        let me = spindle::current().unwrap();
+        let waker = spindle::spawn(move || {
+            spindle::time::sleep(Duration::from_millis(10));
+            me.unpark();
+        });
+        let start = Instant::now();
+        spindle::park_timeout(Duration::from_secs(10));
+        assert!(start.elapsed() < Duration::from_secs(5));
+        waker.join().unwrap();
+    });
+}
+
+#[test]
+fn sleeps_off_the_runtime_block_the_thread() {
+    let start = Instant::now();
+    spindle::time::sleep(Duration::from_millis(20));
+    assert!(start.elapsed() >= Duration::from_millis(20));
+    // A sleep future polled on a plain thread uses the background timers.
+    let start = Instant::now();
+    spindle::block_on(spindle::time::sleep_future(Duration::from_millis(20)));
+    assert!(start.elapsed() >= Duration::from_millis(20));
+}
