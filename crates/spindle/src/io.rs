@@ -118,9 +118,11 @@ fn wait_fd_as(
         return poll_thread(fd, dir, deadline);
     };
     let registered = worker::with_scheduler(|s| {
-        s.expect("on a fiber, so on a worker")
-            .poller
-            .register(fd, slot)
+        let poller = &s.expect("on a fiber, so on a worker").poller;
+        match owner {
+            Owner::Spindle => poller.register(fd, slot),
+            Owner::Foreign => poller.register_foreign(fd, slot),
+        }
     });
     match registered {
         Ok(()) => {}

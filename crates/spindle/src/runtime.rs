@@ -60,6 +60,7 @@ pub struct RuntimeBuilder {
     stack_size: usize,
     max_pooled_stacks: usize,
     thread_name: String,
+    stall_warning: Option<Duration>,
 }
 
 impl Default for RuntimeBuilder {
@@ -69,6 +70,7 @@ impl Default for RuntimeBuilder {
             stack_size: stack::DEFAULT_STACK_SIZE,
             max_pooled_stacks: 256,
             thread_name: "spindle-worker".to_string(),
+            stall_warning: Some(Duration::from_millis(100)),
         }
     }
 }
@@ -105,6 +107,14 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Report on stderr a fiber that holds its worker longer than this
+    /// without switching (a blocking call on a fiber). Default 100 ms;
+    /// `None` turns the watchdog off.
+    pub fn stall_warning(mut self, threshold: Option<Duration>) -> Self {
+        self.stall_warning = threshold;
+        self
+    }
+
     /// Starts the worker threads.
     pub fn build(self) -> io::Result<Runtime> {
         fiber::overflow::install_overflow_handler();
@@ -117,7 +127,9 @@ impl RuntimeBuilder {
             stack_class: size_class(round_stack_size(self.stack_size)),
             max_pooled_stacks: self.max_pooled_stacks,
             thread_name: self.thread_name,
+            stall_warning: self.stall_warning,
         })?);
+        crate::sched::watchdog::start(&sched, sched.config.stall_warning);
         let mut threads = Vec::with_capacity(workers);
         for index in 0..workers {
             let s = sched.clone();

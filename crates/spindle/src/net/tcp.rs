@@ -376,7 +376,7 @@ impl Read for &TcpStream {
             Dir::Read,
             s.read_timeout.deadline(),
             false,
-            || (&*s.sock.get()).read(buf),
+            || Read::read(&mut s.sock.get(), buf),
         )
     }
 
@@ -387,7 +387,7 @@ impl Read for &TcpStream {
             Dir::Read,
             s.read_timeout.deadline(),
             false,
-            || (&*s.sock.get()).read_vectored(bufs),
+            || Read::read_vectored(&mut s.sock.get(), bufs),
         )
     }
 }
@@ -400,7 +400,7 @@ impl Write for &TcpStream {
             Dir::Write,
             s.write_timeout.deadline(),
             false,
-            || (&*s.sock.get()).write(buf),
+            || Write::write(&mut s.sock.get(), buf),
         )
     }
 
@@ -411,7 +411,7 @@ impl Write for &TcpStream {
             Dir::Write,
             s.write_timeout.deadline(),
             false,
-            || (&*s.sock.get()).write_vectored(bufs),
+            || Write::write_vectored(&mut s.sock.get(), bufs),
         )
     }
 

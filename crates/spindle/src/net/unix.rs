@@ -176,7 +176,7 @@ impl Read for &UnixStream {
             Dir::Read,
             s.read_timeout.deadline(),
             false,
-            || (&*s.sock.get()).read(buf),
+            || Read::read(&mut s.sock.get(), buf),
         )
     }
 }
@@ -189,7 +189,7 @@ impl Write for &UnixStream {
             Dir::Write,
             s.write_timeout.deadline(),
             false,
-            || (&*s.sock.get()).write(buf),
+            || Write::write(&mut s.sock.get(), buf),
         )
     }
 

@@ -62,6 +62,7 @@
 
 pub(crate) mod park;
 pub(crate) mod queue;
+pub(crate) mod watchdog;
 pub(crate) mod worker;
 
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -79,6 +80,8 @@ pub(crate) struct Config {
     pub(crate) stack_class: &'static SizeClass,
     pub(crate) max_pooled_stacks: usize,
     pub(crate) thread_name: String,
+    /// Report a fiber that holds its worker longer than this.
+    pub(crate) stall_warning: Option<std::time::Duration>,
 }
 
 /// Pads a value to its own cache line so hot counters do not share one.
@@ -121,6 +124,11 @@ pub(crate) struct WorkerShared {
     pub(crate) stacks_pooled: AtomicUsize,
     /// Id of the fiber the worker is running (0: none), for diagnostics.
     pub(crate) running_fiber: AtomicU64,
+    /// Bumped per dispatch; the watchdog compares samples of it.
+    pub(crate) dispatch_seq: AtomicU64,
+    /// The dispatch the watchdog found stalled, and since when.
+    pub(crate) stalled_seq: AtomicU64,
+    pub(crate) stall_since: Mutex<Option<std::time::Instant>>,
 }
 
 const AWAKE: u8 = 0;
@@ -142,6 +150,9 @@ impl WorkerShared {
             local_len: AtomicUsize::new(0),
             stacks_pooled: AtomicUsize::new(0),
             running_fiber: AtomicU64::new(0),
+            dispatch_seq: AtomicU64::new(0),
+            stalled_seq: AtomicU64::new(u64::MAX),
+            stall_since: Mutex::new(None),
         }
     }
 }

@@ -478,6 +478,8 @@ impl Worker {
         }
         self.current.set(&fiber);
         let shared = self.shared();
+        let seq = self.dispatches.get();
+        shared.dispatch_seq.store(seq, Ordering::Relaxed);
         shared.running_fiber.store(header.id, Ordering::Relaxed);
         // SAFETY: this worker is the fiber's owner (just claimed, or it was
         // queued here because it is), the fiber is not queued elsewhere
@@ -485,6 +487,9 @@ impl Worker {
         let outcome = unsafe { fiber::resume(&fiber) };
         self.current.set(std::ptr::null());
         shared.running_fiber.store(0, Ordering::Relaxed);
+        if shared.stalled_seq.load(Ordering::Relaxed) == seq {
+            self.report_stall(&fiber);
+        }
         match outcome {
             Outcome::Yielded => self.requeue(fiber),
             Outcome::Parked => {
@@ -514,6 +519,29 @@ impl Worker {
         }
         self.count_finished();
         fiber.header.complete(false);
+    }
+
+    /// The watchdog flagged the dispatch that just ended: name the fiber.
+    #[cold]
+    fn report_stall(&self, fiber: &FiberRef) {
+        let shared = self.shared();
+        shared.stalled_seq.store(u64::MAX, Ordering::Relaxed);
+        let since = shared
+            .stall_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let held = since.map(|s| s.elapsed().as_millis()).unwrap_or(0);
+        let name = fiber
+            .header
+            .name
+            .as_deref()
+            .map(|n| format!(" \"{n}\""))
+            .unwrap_or_default();
+        eprintln!(
+            "spindle: fiber {}{name} blocked worker {} for {held} ms without a switch",
+            fiber.header.id, self.index
+        );
     }
 
     fn requeue(&self, fiber: FiberRef) {

@@ -1,0 +1,145 @@
+//! Faults that must be loud but not fatal: a fiber blocking its worker, and
+//! running out of fds while accepting. Each runs in a child process (this
+//! test binary re-executed) so that its stderr and its fd limit are its own.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const CHILD_ENV: &str = "SPINDLE_FAULT_CHILD";
+
+fn role() -> Option<String> {
+    std::env::var(CHILD_ENV).ok()
+}
+
+fn child(test: &str, role: &str) -> Command {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, role);
+    c
+}
+
+#[test]
+fn child_blocking_fiber() {
+    if role().as_deref() != Some("block") {
+        return;
+    }
+    let rt = spindle::Runtime::builder()
+        .workers(1)
+        .stall_warning(Some(Duration::from_millis(50)))
+        .build()
+        .unwrap();
+    rt.block_on(|| {
+        spindle::Builder::new()
+            .name("sleepy-handler")
+            .spawn(|| std::thread::sleep(Duration::from_millis(300)))
+            .unwrap()
+            .join()
+            .unwrap();
+        // A second stall of the same fiber id cannot happen; another fiber
+        // stalling is reported again.
+    });
+}
+
+#[test]
+fn a_fiber_that_blocks_its_worker_is_reported_once_by_id_and_name() {
+    if role().is_some() {
+        return;
+    }
+    let out = child("child_blocking_fiber", "block").output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "a warning, not a crash: {stderr}");
+    let early: Vec<_> = stderr
+        .lines()
+        .filter(|l| l.contains("without a switch:"))
+        .collect();
+    assert_eq!(early.len(), 1, "reported once while it blocks: {stderr}");
+    assert!(early[0].contains("worker 0 has run fiber "), "{stderr}");
+    let named: Vec<_> = stderr
+        .lines()
+        .filter(|l| l.contains("\"sleepy-handler\" blocked worker 0"))
+        .collect();
+    assert_eq!(
+        named.len(),
+        1,
+        "and once by name when it comes back: {stderr}"
+    );
+}
+
+#[test]
+fn child_emfile_server() {
+    if role().as_deref() != Some("emfile") {
+        return;
+    }
+    let rl = libc::rlimit {
+        rlim_cur: 40,
+        rlim_max: 40,
+    };
+    // SAFETY: plain syscall in the child process.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &rl) }, 0);
+    let rt = spindle::Runtime::builder().workers(1).build().unwrap();
+    rt.block_on(|| {
+        let listener = spindle::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        println!("PORT {}", listener.local_addr().unwrap().port());
+        let mut held = Vec::new();
+        let mut total = 0;
+        let mut emfile = 0;
+        while total < 100 {
+            match listener.accept() {
+                Ok((conn, _)) => {
+                    held.push(conn);
+                    total += 1;
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EMFILE) => {
+                    emfile += 1;
+                    // Free some fds; the pending connections wait in the
+                    // kernel's queue for the next accept.
+                    held.clear();
+                }
+                Err(e) => panic!("unexpected accept error {e}"),
+            }
+        }
+        println!("EMFILE {emfile} ACCEPTED {total}");
+    });
+}
+
+#[test]
+fn running_out_of_fds_gives_emfile_and_the_listener_recovers() {
+    if role().is_some() {
+        return;
+    }
+    let mut c = child("child_emfile_server", "emfile")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(c.stdout.take().unwrap());
+    let port = loop {
+        let mut line = String::new();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "child printed no port"
+        );
+        if let Some(p) = line.split("PORT ").nth(1) {
+            break p.trim().parse::<u16>().unwrap();
+        }
+    };
+    // 100 clients from this process (plenty of fds here), held open.
+    let clients: Vec<_> = (0..100)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    let status = c.wait().unwrap();
+    drop(clients);
+    assert!(status.success(), "server failed: {rest}");
+    let line = rest
+        .lines()
+        .find(|l| l.contains("ACCEPTED"))
+        .unwrap_or_else(|| panic!("{rest}"));
+    assert!(line.contains("ACCEPTED 100"), "{line}");
+    assert!(
+        !line.contains("EMFILE 0 "),
+        "the limit was never hit: {line}"
+    );
+}
