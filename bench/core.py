@@ -24,7 +24,7 @@ def build():
     env = dict(os.environ, CARGO_TARGET_DIR=os.path.join(ROOT, "target"))
     subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=HERE, env=env, check=True)
     subprocess.run(["go", "build", "-o", os.path.join(TARGET, "core_go"), "core.go"],
-                   cwd=os.path.join(HERE, "go"), check=True)
+                   cwd=os.path.join(HERE, "go", "core"), check=True)
 
 
 def run(cmd, cpu, env=None):

@@ -198,23 +198,38 @@ pub(crate) fn slot(fd: i32) -> Option<&'static FdSlot> {
     let (hi, lo) = (fd / CHUNK, fd % CHUNK);
     let mut chunk = TABLE[hi].load(Ordering::Acquire);
     if chunk.is_null() {
-        let fresh: Box<[FdSlot; CHUNK]> = Box::new(std::array::from_fn(|_| FdSlot::new()));
-        let fresh = Box::into_raw(fresh);
+        chunk = new_chunk(hi);
+    }
+    // SAFETY: chunks are published once and never freed, so the reference
+    // is valid for the rest of the process.
+    Some(unsafe { &(*chunk)[lo] })
+}
+
+/// Allocates and publishes chunk `hi`. Cold and out of line, and built on
+/// the heap: a `[FdSlot; CHUNK]` temporary would be an ~80 KiB stack frame
+/// that every caller of `slot` probes page by page — on every fiber stack.
+#[cold]
+#[inline(never)]
+fn new_chunk(hi: usize) -> *mut [FdSlot; CHUNK] {
+    let slots: Vec<FdSlot> = (0..CHUNK).map(|_| FdSlot::new()).collect();
+    let fresh: Box<[FdSlot; CHUNK]> = slots
+        .into_boxed_slice()
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("exactly CHUNK slots"));
+    let fresh = Box::into_raw(fresh);
+    {
         match TABLE[hi].compare_exchange(
             std::ptr::null_mut(),
             fresh,
             Ordering::AcqRel,
             Ordering::Acquire,
         ) {
-            Ok(_) => chunk = fresh,
+            Ok(_) => fresh,
             Err(existing) => {
                 // SAFETY: `fresh` was never published; we still own it.
                 drop(unsafe { Box::from_raw(fresh) });
-                chunk = existing;
+                existing
             }
         }
     }
-    // SAFETY: chunks are published once and never freed, so the reference
-    // is valid for the rest of the process.
-    Some(unsafe { &(*chunk)[lo] })
 }
