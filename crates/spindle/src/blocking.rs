@@ -141,7 +141,8 @@ where
         }
     }));
     loop {
-        park::wait(
+        let why = park::wait(
+            park::WaitKind::Blocking,
             None,
             |token| {
                 let mut st = done.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -153,6 +154,12 @@ where
             },
             |_| {},
         );
+        match why {
+            // The job goes on on its pool thread; its result is dropped.
+            Wake::Cancelled => park::exit_cancelled(),
+            Wake::Elapsed => crate::time::elapsed_exit(),
+            _ => {}
+        }
         let mut st = done.state.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(result) = st.0.take() {
             match result {

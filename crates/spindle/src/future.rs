@@ -97,7 +97,9 @@ fn block_on_fiber<F: Future>(future: F) -> F::Output {
             return v;
         }
         drop(_polling);
-        crate::fiber::park_running();
+        crate::sched::park::park_current_as(crate::sched::park::WaitKind::BlockOn);
+        // Cancelled: the future is dropped as the fiber unwinds.
+        crate::sched::park::exit_if_cancelled();
     }
 }
 

@@ -131,6 +131,10 @@ fn wait_fd_as(
         Err(e) => return Err(e),
     }
     let why = park::wait(
+        park::WaitKind::Fd {
+            fd,
+            write: dir == WRITE,
+        },
         deadline,
         |token| {
             let mut w = slot.lock();
@@ -150,8 +154,9 @@ fn wait_fd_as(
     );
     match why {
         Wake::Ready => Ok(()),
-        Wake::TimedOut => Err(timed_out(fd)),
+        Wake::TimedOut | Wake::Elapsed => Err(timed_out(fd)),
         Wake::Closed => Err(closed(fd)),
+        Wake::Cancelled => Err(park::cancelled_io_error()),
     }
 }
 

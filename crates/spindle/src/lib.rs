@@ -64,6 +64,7 @@ mod poll;
 pub mod runtime;
 mod sched;
 mod stats;
+pub mod sync;
 pub mod time;
 
 pub use builder::Builder;
@@ -71,6 +72,7 @@ pub use fiber::overflow::install_overflow_handler;
 pub use fiber::{Fiber, JoinError, JoinHandle};
 pub use future::{block_on, can_suspend};
 pub use runtime::{Runtime, RuntimeBuilder};
+pub use sched::park::{is_cancelled, Cancelled};
 pub use stats::{Stats, WorkerStats};
 
 /// Runs `f` as the first fiber of a new runtime with default settings, and
@@ -173,7 +175,9 @@ pub fn yield_now() {
 /// });
 /// ```
 pub fn park() {
-    sched::park::park_current();
+    sched::park::exit_if_cancelled();
+    sched::park::park_current_as(sched::park::WaitKind::Park);
+    sched::park::exit_if_cancelled();
 }
 
 /// Like [`park`], but returns after `timeout` at the latest (std's
@@ -191,7 +195,9 @@ pub fn park() {
 pub fn park_timeout(timeout: std::time::Duration) {
     if sched::worker::can_park() {
         let deadline = std::time::Instant::now() + timeout;
+        sched::park::exit_if_cancelled();
         sched::park::park_until(deadline);
+        sched::park::exit_if_cancelled();
     } else {
         std::thread::park_timeout(timeout);
     }

@@ -337,6 +337,7 @@ pub(crate) fn stats_of(sched: &Scheduler) -> Stats {
     Stats {
         live_fibers: sched.live_fibers(),
         global_queued: sched.global.len(),
+        wait_registrations: crate::sched::park::registrations(),
         workers: sched
             .workers
             .iter()

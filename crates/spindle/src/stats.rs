@@ -18,6 +18,9 @@ pub struct Stats {
     pub global_queued: usize,
     /// One entry per worker.
     pub workers: Vec<WorkerStats>,
+    /// Waits published and not yet ended, process-wide (seed 004's
+    /// `task::registrations()`): back to zero when nothing waits.
+    pub wait_registrations: usize,
 }
 
 /// Counters of one worker.

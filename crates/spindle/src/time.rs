@@ -45,8 +45,96 @@ pub fn sleep_until(deadline: Instant) {
         return;
     }
     while Instant::now() < deadline {
-        // Nothing but the timer can end this wait.
-        park::wait(Some(deadline), |_| true, |_| ());
+        // Nothing but the timer (or a cancel, or a timeout) ends this wait.
+        match park::wait(park::WaitKind::Sleep, Some(deadline), |_| true, |_| ()) {
+            park::Wake::Cancelled => park::exit_cancelled(),
+            park::Wake::Elapsed => elapsed_exit(),
+            _ => {}
+        }
+    }
+}
+
+/// A [`timeout`] ran out: the deadline passed while `f` waited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Elapsed {
+    deadline: Instant,
+}
+
+impl Elapsed {
+    /// The deadline that passed.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+}
+
+impl std::fmt::Display for Elapsed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("deadline has elapsed")
+    }
+}
+
+impl std::error::Error for Elapsed {}
+
+/// Unwinds out of a wait cut short by the deadline of an enclosing
+/// [`timeout`], which catches it.
+pub(crate) fn elapsed_exit() -> ! {
+    let deadline = worker::current_fiber()
+        .and_then(|f| f.header.elapsed.get())
+        .unwrap_or_else(Instant::now);
+    std::panic::resume_unwind(Box::new(Elapsed { deadline }))
+}
+
+/// Runs `f` with a deadline `duration` from now that applies to every wait
+/// inside it (nested timeouts take the earlier deadline). A wait past the
+/// deadline fails: I/O with `TimedOut`, other waits (sleep, locks, channels,
+/// joins) by leaving `f` — and `timeout` returns `Err(Elapsed)`. If `f`
+/// returns normally after one of its waits was cut short, that is reported
+/// as elapsed too (its value is dropped, as a timed-out future's would be).
+///
+/// On a plain thread the deadline cannot cut waits short; `timeout` then
+/// only runs `f`.
+///
+/// ```
+/// use std::time::Duration;
+/// spindle::run(|| {
+///     let r = spindle::time::timeout(Duration::from_millis(20), || {
+///         spindle::time::sleep(Duration::from_secs(60));
+///     });
+///     assert!(r.is_err());
+///     let r = spindle::time::timeout(Duration::from_secs(60), || 7);
+///     assert_eq!(r, Ok(7));
+/// });
+/// ```
+pub fn timeout<T>(duration: Duration, f: impl FnOnce() -> T) -> Result<T, Elapsed> {
+    let Some(fiber) = worker::current_fiber().filter(|_| worker::can_park()) else {
+        return Ok(f());
+    };
+    let header = &fiber.header;
+    let deadline = Instant::now() + duration;
+    let outer = header.deadline.get();
+    let effective = match outer {
+        Some(o) if o < deadline => o,
+        _ => deadline,
+    };
+    header.deadline.set(Some(effective));
+    let outer_elapsed = header.elapsed.replace(None);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    let hit = header.elapsed.get();
+    header.deadline.set(outer);
+    header
+        .elapsed
+        .set(outer_elapsed.or(hit.filter(|&d| Some(d) == outer)));
+    match result {
+        Ok(v) if hit == Some(deadline) => {
+            drop(v);
+            Err(Elapsed { deadline })
+        }
+        Ok(v) => Ok(v),
+        Err(payload) => match payload.downcast::<Elapsed>() {
+            Ok(e) if e.deadline == deadline => Err(*e),
+            Ok(e) => std::panic::resume_unwind(e),
+            Err(other) => std::panic::resume_unwind(other),
+        },
     }
 }
 

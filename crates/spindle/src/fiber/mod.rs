@@ -113,6 +113,14 @@ pub(crate) struct FiberHeader {
     yielder: Cell<*const ()>,
     /// The current wait: `seq << 8 | outcome` (see `sched::park`).
     wait: AtomicU64,
+    /// `JoinHandle::cancel` was called (or the runtime is stopping).
+    pub(crate) cancelled: AtomicBool,
+    /// The innermost `time::timeout` deadline of this fiber (owner only).
+    pub(crate) deadline: Cell<Option<std::time::Instant>>,
+    /// The `timeout` deadline that last cut a wait short (owner only).
+    pub(crate) elapsed: Cell<Option<std::time::Instant>>,
+    /// What the fiber waits on, for `spindle::dump` (owner only).
+    pub(crate) waiting_on: Cell<crate::sched::park::WaitKind>,
 }
 
 // SAFETY: the `UnsafeCell`/`Cell` fields are each touched under a protocol
@@ -149,6 +157,10 @@ impl FiberHeader {
             slot: Cell::new(usize::MAX),
             yielder: Cell::new(std::ptr::null()),
             wait: AtomicU64::new(0),
+            cancelled: AtomicBool::new(false),
+            deadline: Cell::new(None),
+            elapsed: Cell::new(None),
+            waiting_on: Cell::new(crate::sched::park::WaitKind::Running),
         }
     }
 
@@ -290,11 +302,20 @@ where
     fn run(&self, header: &FiberHeader) {
         // SAFETY: called once by the owner worker (see the Sync impl).
         let f = unsafe { (*self.f.get()).take() }.expect("fiber body run twice");
+        if header.cancelled.load(Ordering::SeqCst) {
+            // Cancelled before it could start: never run, join says so.
+            drop(f);
+            return;
+        }
         let result = panic::catch_unwind(AssertUnwindSafe(f));
         if let Err(payload) = result {
             if header.state() & state::STOPPED != 0 {
                 // Runtime shutdown unwinding this stack: let it finish.
                 panic::resume_unwind(payload);
+            }
+            if payload.is::<crate::sched::park::Cancelled>() {
+                // Left at a wait after `cancel`: no result, join says so.
+                return;
             }
             // SAFETY: as above; COMPLETE is published after this returns.
             unsafe { *self.result.get() = Some(Err(payload)) };
@@ -628,8 +649,9 @@ impl<T> JoinHandle<T> {
     /// Waits for the fiber to finish and returns its value.
     ///
     /// On a fiber this parks the fiber; on a plain thread it blocks the
-    /// thread.
+    /// thread. A join is a cancellation point of the *joining* fiber.
     pub fn join(self) -> Result<T, JoinError> {
+        crate::sched::park::exit_if_cancelled();
         let header = &self.fiber.core.header;
         // Fork/join fast path: a fiber that has not started yet was stamped
         // before this join, so one yield lets it run first (FIFO order). It
@@ -663,7 +685,8 @@ impl<T> JoinHandle<T> {
                     continue;
                 }
             }
-            crate::sched::park::park_current();
+            crate::sched::park::park_current_as(crate::sched::park::WaitKind::Join);
+            crate::sched::park::exit_if_cancelled();
         }
         // SAFETY: COMPLETE observed with Acquire: the result slot was written
         // before it and nobody else reads it (join consumes the handle); the
@@ -678,6 +701,30 @@ impl<T> JoinHandle<T> {
                 repr: JoinErrorRepr::Cancelled,
             }),
         }
+    }
+
+    /// Cancels the fiber: its current wait — socket, timer, lock, channel,
+    /// join, park, `block_on`, blocking-pool call — and every later one fail
+    /// at once. An I/O wait returns an `io::Error` that
+    /// [`is_cancelled`](crate::is_cancelled) recognises (a kind std's helpers
+    /// never retry); a wait with no error to return (`park`, `sleep`, a lock,
+    /// a channel, `join`) unwinds the fiber, running its destructors. A value
+    /// already handed over — a received message, an acquired guard — is
+    /// never lost. A fiber cancelled before it started never runs. `join`
+    /// then reports [`JoinError::is_cancelled`], unless the fiber finished
+    /// anyway.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// spindle::run(|| {
+    ///     let sleeper = spindle::spawn(|| spindle::time::sleep(Duration::from_secs(3600)));
+    ///     spindle::time::sleep(Duration::from_millis(10));
+    ///     sleeper.cancel();
+    ///     assert!(sleeper.join().unwrap_err().is_cancelled());
+    /// });
+    /// ```
+    pub fn cancel(&self) {
+        crate::sched::park::cancel(&self.fiber.core);
     }
 
     /// Whether the fiber has finished (its `join` would not wait).

@@ -127,7 +127,7 @@ impl Poller {
     /// telling us — the kernel then dropped the old registration. So this
     /// re-adds on every call; `EEXIST` means it is still registered.
     pub(crate) fn register_foreign(&self, fd: RawFd, slot: &FdSlot) -> io::Result<()> {
-        let _guard = slot.lock();
+        let mut waiters = slot.lock();
         let generation = slot.generation.load(Ordering::Acquire);
         let events = (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
         match self
@@ -135,6 +135,9 @@ impl Poller {
             .add(fd, events, (generation as u64) << 32 | fd as u32 as u64)
         {
             Ok(()) => {
+                // A fresh registration: edges banked for an earlier file
+                // under this number are not this file's.
+                waiters.bits = 0;
                 if slot.poller.swap(self.id, Ordering::AcqRel) == 0 {
                     self.registered.fetch_add(1, Ordering::Relaxed);
                 }

@@ -60,6 +60,7 @@
 //!   `!Send` locals held across a wait; left out rather than offered as an
 //!   `unsafe` opt-in whose contract users would have to audit.
 
+pub(crate) mod lock;
 pub(crate) mod park;
 pub(crate) mod queue;
 pub(crate) mod watchdog;
