@@ -55,6 +55,7 @@
 
 pub mod blocking;
 mod builder;
+pub mod chan;
 mod fiber;
 pub mod fs;
 mod future;

@@ -1,0 +1,639 @@
+//! Channels: multi-producer multi-consumer queues whose waits park the
+//! fiber, with crossbeam-channel's API. One type serves fibers and threads.
+//!
+//! ```
+//! spindle::run(|| {
+//!     let (tx, rx) = spindle::chan::bounded(4);
+//!     let producers: Vec<_> = (0..4)
+//!         .map(|p| {
+//!             let tx = tx.clone();
+//!             spindle::spawn(move || for i in 0..100 { tx.send(p * 100 + i).unwrap() })
+//!         })
+//!         .collect();
+//!     drop(tx); // the channel disconnects when the producers are done
+//!     let total: u32 = rx.iter().sum();
+//!     assert_eq!(total, (0..400).sum());
+//!     for p in producers { p.join().unwrap(); }
+//! });
+//! ```
+//!
+//! # Design
+//!
+//! One `std::sync::Mutex` per channel guards the buffer and two FIFO
+//! queues of parked waiters. Values move by *hand-over*: a sender that finds
+//! a parked receiver puts its value in that receiver's slot and then tries
+//! to end the receiver's wait (the compare-exchange of `sched::park`); if
+//! the wait already ended otherwise (timed out, cancelled), it takes the
+//! value back and tries the next. A receiver that finds a parked sender
+//! ends the sender's wait first and only then takes its value. So a value
+//! is delivered exactly once, never lost to a racing timeout or cancel, and
+//! a received message is always returned — the fiber leaves at its *next*
+//! wait if it was cancelled meanwhile. `bounded(0)` is a rendezvous: no
+//! buffer, only hand-overs.
+//!
+//! [`select!`](crate::select) registers one wait in every channel it
+//! watches; the first channel to win that wait completes its arm, the
+//! others' hand-overs fail and keep their values.
+
+mod select;
+
+#[doc(hidden)]
+pub use select::{
+    __select, RecvArm as __RecvArm, Registration, SelectArm, SelectWait, SendArm as __SendArm,
+};
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::sched::park::{self, Notify, WaitKind, Wake};
+
+/// Where a hand-over leaves a value (or says the channel closed).
+pub(crate) enum SlotState<T> {
+    Empty,
+    Value(T),
+}
+
+pub(crate) type Slot<T> = Arc<Mutex<SlotState<T>>>;
+
+fn slot<T>(s: SlotState<T>) -> Slot<T> {
+    Arc::new(Mutex::new(s))
+}
+
+fn take<T>(s: &Slot<T>) -> Option<T> {
+    match std::mem::replace(
+        &mut *s.lock().unwrap_or_else(|e| e.into_inner()),
+        SlotState::Empty,
+    ) {
+        SlotState::Value(v) => Some(v),
+        SlotState::Empty => None,
+    }
+}
+
+fn put<T>(s: &Slot<T>, v: T) {
+    *s.lock().unwrap_or_else(|e| e.into_inner()) = SlotState::Value(v);
+}
+
+pub(crate) struct Waiting<T> {
+    pub(crate) notify: Notify,
+    pub(crate) slot: Slot<T>,
+}
+
+pub(crate) struct State<T> {
+    pub(crate) buf: VecDeque<T>,
+    /// `None`: unbounded.
+    pub(crate) cap: Option<usize>,
+    pub(crate) receivers_waiting: VecDeque<Waiting<T>>,
+    pub(crate) senders_waiting: VecDeque<Waiting<T>>,
+    pub(crate) senders: usize,
+    pub(crate) receivers: usize,
+}
+
+pub(crate) struct Chan<T> {
+    pub(crate) state: Mutex<State<T>>,
+    len: AtomicUsize,
+}
+
+impl<T> Chan<T> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State<T>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn publish_len(&self, st: &State<T>) {
+        self.len.store(st.buf.len(), Ordering::Relaxed);
+    }
+}
+
+impl<T> State<T> {
+    pub(crate) fn has_room(&self) -> bool {
+        match self.cap {
+            None => true,
+            Some(c) => self.buf.len() < c,
+        }
+    }
+
+    /// Hands `value` to the first parked receiver whose wait is pending.
+    pub(crate) fn give_to_receiver(&mut self, value: T) -> Result<(), T> {
+        let mut value = value;
+        while let Some(w) = self.receivers_waiting.pop_front() {
+            put(&w.slot, value);
+            if w.notify.wake(Wake::Ready) {
+                return Ok(());
+            }
+            value = take(&w.slot).expect("our value is still there");
+        }
+        Err(value)
+    }
+
+    /// Takes the value of the first parked sender whose wait is pending.
+    pub(crate) fn take_from_sender(&mut self) -> Option<T> {
+        while let Some(w) = self.senders_waiting.pop_front() {
+            if w.notify.wake(Wake::Ready) {
+                return take(&w.slot);
+            }
+        }
+        None
+    }
+
+    /// A message without waiting: the buffer (refilled from a parked
+    /// sender), or straight from a parked sender (rendezvous).
+    pub(crate) fn try_take(&mut self) -> Option<T> {
+        if let Some(v) = self.buf.pop_front() {
+            if let Some(more) = self.take_from_sender() {
+                self.buf.push_back(more);
+            }
+            return Some(v);
+        }
+        self.take_from_sender()
+    }
+
+    /// Sends without waiting; gives the value back if it cannot.
+    pub(crate) fn try_give(&mut self, value: T) -> Result<(), T> {
+        let value = match self.give_to_receiver(value) {
+            Ok(()) => return Ok(()),
+            Err(v) => v,
+        };
+        if self.cap != Some(0) && self.has_room() {
+            self.buf.push_back(value);
+            return Ok(());
+        }
+        Err(value)
+    }
+}
+
+/// Creates a channel holding at most `cap` messages; `bounded(0)` is a
+/// rendezvous (a send waits for a receive).
+pub fn bounded<T>(cap: usize) -> (Sender<T>, Receiver<T>) {
+    new_chan(Some(cap))
+}
+
+/// Creates a channel with no bound.
+pub fn unbounded<T>() -> (Sender<T>, Receiver<T>) {
+    new_chan(None)
+}
+
+fn new_chan<T>(cap: Option<usize>) -> (Sender<T>, Receiver<T>) {
+    let chan = Arc::new(Chan {
+        state: Mutex::new(State {
+            buf: VecDeque::new(),
+            cap,
+            receivers_waiting: VecDeque::new(),
+            senders_waiting: VecDeque::new(),
+            senders: 1,
+            receivers: 1,
+        }),
+        len: AtomicUsize::new(0),
+    });
+    (Sender { chan: chan.clone() }, Receiver { chan })
+}
+
+/// The sending half; `Clone` for more producers.
+pub struct Sender<T> {
+    pub(crate) chan: Arc<Chan<T>>,
+}
+
+/// The receiving half; `Clone` for more consumers.
+pub struct Receiver<T> {
+    pub(crate) chan: Arc<Chan<T>>,
+}
+
+/// Every receiver is gone; the message is given back.
+#[derive(PartialEq, Eq, Clone, Copy)]
+pub struct SendError<T>(pub T);
+
+/// Every sender is gone and the channel is empty.
+#[derive(PartialEq, Eq, Clone, Copy, Debug)]
+pub struct RecvError;
+
+/// Why a `try_send` failed; the message is given back.
+#[derive(PartialEq, Eq, Clone, Copy)]
+pub enum TrySendError<T> {
+    /// No room (or, for `bounded(0)`, no receiver waiting).
+    Full(T),
+    /// Every receiver is gone.
+    Disconnected(T),
+}
+
+/// Why a `try_recv` failed.
+#[derive(PartialEq, Eq, Clone, Copy, Debug)]
+pub enum TryRecvError {
+    /// Nothing to receive now.
+    Empty,
+    /// Every sender is gone and the channel is empty.
+    Disconnected,
+}
+
+/// Why a `send_timeout` failed; the message is given back.
+#[derive(PartialEq, Eq, Clone, Copy)]
+pub enum SendTimeoutError<T> {
+    /// The time ran out.
+    Timeout(T),
+    /// Every receiver is gone.
+    Disconnected(T),
+}
+
+/// Why a `recv_timeout` failed.
+#[derive(PartialEq, Eq, Clone, Copy, Debug)]
+pub enum RecvTimeoutError {
+    /// The time ran out.
+    Timeout,
+    /// Every sender is gone and the channel is empty.
+    Disconnected,
+}
+
+macro_rules! opaque_debug {
+    ($($t:ident),*) => {$(
+        impl<T> fmt::Debug for $t<T> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(concat!(stringify!($t), "(..)"))
+            }
+        }
+    )*};
+}
+opaque_debug!(SendError);
+
+impl<T> fmt::Debug for TrySendError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TrySendError::Full(_) => f.write_str("Full(..)"),
+            TrySendError::Disconnected(_) => f.write_str("Disconnected(..)"),
+        }
+    }
+}
+
+impl<T> fmt::Debug for SendTimeoutError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SendTimeoutError::Timeout(_) => f.write_str("Timeout(..)"),
+            SendTimeoutError::Disconnected(_) => f.write_str("Disconnected(..)"),
+        }
+    }
+}
+
+impl<T> fmt::Display for SendError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("sending on a disconnected channel")
+    }
+}
+impl fmt::Display for RecvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("receiving on an empty and disconnected channel")
+    }
+}
+impl<T> std::error::Error for SendError<T> {}
+impl std::error::Error for RecvError {}
+
+impl<T> Sender<T> {
+    /// Sends, parking while the channel is full (or, for `bounded(0)`,
+    /// until a receiver takes the message). Fails only when every receiver
+    /// is gone, giving the message back.
+    pub fn send(&self, msg: T) -> Result<(), SendError<T>> {
+        match self.send_until(msg, None) {
+            Ok(()) => Ok(()),
+            Err(SendTimeoutError::Disconnected(v)) => Err(SendError(v)),
+            Err(SendTimeoutError::Timeout(_)) => unreachable!("no deadline"),
+        }
+    }
+
+    /// Like [`send`](Self::send), giving up after `timeout`.
+    pub fn send_timeout(&self, msg: T, timeout: Duration) -> Result<(), SendTimeoutError<T>> {
+        self.send_until(msg, Some(Instant::now() + timeout))
+    }
+
+    /// Sends only if it can be done without waiting.
+    pub fn try_send(&self, msg: T) -> Result<(), TrySendError<T>> {
+        let mut st = self.chan.lock();
+        if st.receivers == 0 {
+            return Err(TrySendError::Disconnected(msg));
+        }
+        let r = st.try_give(msg).map_err(TrySendError::Full);
+        self.chan.publish_len(&st);
+        r
+    }
+
+    fn send_until(&self, msg: T, deadline: Option<Instant>) -> Result<(), SendTimeoutError<T>> {
+        let mut pending = Some(msg);
+        let my_slot: Slot<T> = slot(SlotState::Empty);
+        park::exit_if_cancelled();
+        let why = park::block(
+            WaitKind::Channel,
+            deadline,
+            |notify| {
+                let mut st = self.chan.lock();
+                let msg = pending.take().expect("sent once");
+                if st.receivers == 0 {
+                    pending = Some(msg);
+                    return false;
+                }
+                match st.try_give(msg) {
+                    Ok(()) => {
+                        self.chan.publish_len(&st);
+                        false
+                    }
+                    Err(msg) => {
+                        put(&my_slot, msg);
+                        st.senders_waiting.push_back(Waiting {
+                            notify,
+                            slot: my_slot.clone(),
+                        });
+                        true
+                    }
+                }
+            },
+            |notify| {
+                let mut st = self.chan.lock();
+                st.senders_waiting.retain(|w| !w.notify.same(notify));
+            },
+        );
+        match why {
+            Wake::Ready => match pending.take() {
+                // Registration found no receivers left.
+                Some(v) => Err(SendTimeoutError::Disconnected(v)),
+                None => Ok(()),
+            },
+            Wake::TimedOut => Err(SendTimeoutError::Timeout(
+                take(&my_slot).expect("a timed-out send keeps its value"),
+            )),
+            Wake::Closed => Err(SendTimeoutError::Disconnected(
+                take(&my_slot).expect("a disconnected send keeps its value"),
+            )),
+            other => crate::sync::exit_for(other),
+        }
+    }
+
+    /// Messages in the buffer now.
+    pub fn len(&self) -> usize {
+        self.chan.len.load(Ordering::Relaxed)
+    }
+
+    /// Whether the buffer is empty now.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bound (`None`: unbounded).
+    pub fn capacity(&self) -> Option<usize> {
+        self.chan.lock().cap
+    }
+}
+
+impl<T> Receiver<T> {
+    /// Receives, parking while the channel is empty. Fails when it is empty
+    /// and every sender is gone.
+    pub fn recv(&self) -> Result<T, RecvError> {
+        self.recv_until(None).map_err(|_| RecvError)
+    }
+
+    /// Like [`recv`](Self::recv), giving up after `timeout`.
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
+        self.recv_until(Some(Instant::now() + timeout))
+    }
+
+    /// Receives only if a message is there now.
+    pub fn try_recv(&self) -> Result<T, TryRecvError> {
+        let mut st = self.chan.lock();
+        let got = st.try_take();
+        self.chan.publish_len(&st);
+        match got {
+            Some(v) => Ok(v),
+            None if st.senders == 0 => Err(TryRecvError::Disconnected),
+            None => Err(TryRecvError::Empty),
+        }
+    }
+
+    fn recv_until(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
+        let my_slot: Slot<T> = slot(SlotState::Empty);
+        let mut got = None;
+        let mut disconnected = false;
+        park::exit_if_cancelled();
+        let why = park::block(
+            WaitKind::Channel,
+            deadline,
+            |notify| {
+                let mut st = self.chan.lock();
+                if let Some(v) = st.try_take() {
+                    self.chan.publish_len(&st);
+                    got = Some(v);
+                    return false;
+                }
+                if st.senders == 0 {
+                    disconnected = true;
+                    return false;
+                }
+                st.receivers_waiting.push_back(Waiting {
+                    notify,
+                    slot: my_slot.clone(),
+                });
+                true
+            },
+            |notify| {
+                let mut st = self.chan.lock();
+                st.receivers_waiting.retain(|w| !w.notify.same(notify));
+            },
+        );
+        match why {
+            Wake::Ready if disconnected => Err(RecvTimeoutError::Disconnected),
+            Wake::Ready => Ok(got
+                .or_else(|| take(&my_slot))
+                .expect("a ready receive has its message")),
+            Wake::TimedOut => Err(RecvTimeoutError::Timeout),
+            Wake::Closed => Err(RecvTimeoutError::Disconnected),
+            other => crate::sync::exit_for(other),
+        }
+    }
+
+    /// A blocking iterator: receives until the channel disconnects.
+    pub fn iter(&self) -> Iter<'_, T> {
+        Iter { rx: self }
+    }
+
+    /// An iterator over the messages there now.
+    pub fn try_iter(&self) -> TryIter<'_, T> {
+        TryIter { rx: self }
+    }
+
+    /// Messages in the buffer now.
+    pub fn len(&self) -> usize {
+        self.chan.len.load(Ordering::Relaxed)
+    }
+
+    /// Whether the buffer is empty now.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bound (`None`: unbounded).
+    pub fn capacity(&self) -> Option<usize> {
+        self.chan.lock().cap
+    }
+}
+
+impl<T> Clone for Sender<T> {
+    fn clone(&self) -> Self {
+        self.chan.lock().senders += 1;
+        Sender {
+            chan: self.chan.clone(),
+        }
+    }
+}
+
+impl<T> Clone for Receiver<T> {
+    fn clone(&self) -> Self {
+        self.chan.lock().receivers += 1;
+        Receiver {
+            chan: self.chan.clone(),
+        }
+    }
+}
+
+impl<T> Drop for Sender<T> {
+    fn drop(&mut self) {
+        let waiting: Vec<Waiting<T>> = {
+            let mut st = self.chan.lock();
+            st.senders -= 1;
+            if st.senders > 0 {
+                return;
+            }
+            st.receivers_waiting.drain(..).collect()
+        };
+        for w in waiting {
+            w.notify.wake(Wake::Closed);
+        }
+    }
+}
+
+impl<T> Drop for Receiver<T> {
+    fn drop(&mut self) {
+        let waiting: Vec<Waiting<T>> = {
+            let mut st = self.chan.lock();
+            st.receivers -= 1;
+            if st.receivers > 0 {
+                return;
+            }
+            st.senders_waiting.drain(..).collect()
+        };
+        for w in waiting {
+            w.notify.wake(Wake::Closed);
+        }
+    }
+}
+
+impl<T> fmt::Debug for Sender<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sender").field("len", &self.len()).finish()
+    }
+}
+
+impl<T> fmt::Debug for Receiver<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Receiver")
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+/// See [`Receiver::iter`].
+pub struct Iter<'a, T> {
+    rx: &'a Receiver<T>,
+}
+
+impl<T> Iterator for Iter<'_, T> {
+    type Item = T;
+    fn next(&mut self) -> Option<T> {
+        self.rx.recv().ok()
+    }
+}
+
+/// See [`Receiver::try_iter`].
+pub struct TryIter<'a, T> {
+    rx: &'a Receiver<T>,
+}
+
+impl<T> Iterator for TryIter<'_, T> {
+    type Item = T;
+    fn next(&mut self) -> Option<T> {
+        self.rx.try_recv().ok()
+    }
+}
+
+/// An owning blocking iterator (see [`Receiver::iter`]).
+pub struct IntoIter<T> {
+    rx: Receiver<T>,
+}
+
+impl<T> Iterator for IntoIter<T> {
+    type Item = T;
+    fn next(&mut self) -> Option<T> {
+        self.rx.recv().ok()
+    }
+}
+
+impl<T> IntoIterator for Receiver<T> {
+    type Item = T;
+    type IntoIter = IntoIter<T>;
+    fn into_iter(self) -> IntoIter<T> {
+        IntoIter { rx: self }
+    }
+}
+
+impl<'a, T> IntoIterator for &'a Receiver<T> {
+    type Item = T;
+    type IntoIter = Iter<'a, T>;
+    fn into_iter(self) -> Iter<'a, T> {
+        self.iter()
+    }
+}
+
+/// A channel for exactly one message.
+///
+/// ```
+/// spindle::run(|| {
+///     let (tx, rx) = spindle::chan::oneshot();
+///     spindle::spawn(move || tx.send("done").unwrap());
+///     assert_eq!(rx.recv(), Ok("done"));
+/// });
+/// ```
+pub fn oneshot<T>() -> (OneshotSender<T>, OneshotReceiver<T>) {
+    let (tx, rx) = bounded(1);
+    (OneshotSender { tx }, OneshotReceiver { rx })
+}
+
+/// The sending half of [`oneshot`].
+#[derive(Debug)]
+pub struct OneshotSender<T> {
+    tx: Sender<T>,
+}
+
+/// The receiving half of [`oneshot`].
+#[derive(Debug)]
+pub struct OneshotReceiver<T> {
+    rx: Receiver<T>,
+}
+
+impl<T> OneshotSender<T> {
+    /// Sends the message (never waits); fails if the receiver is gone.
+    pub fn send(self, msg: T) -> Result<(), SendError<T>> {
+        self.tx.try_send(msg).map_err(|e| match e {
+            TrySendError::Full(v) | TrySendError::Disconnected(v) => SendError(v),
+        })
+    }
+}
+
+impl<T> OneshotReceiver<T> {
+    /// Waits for the message; fails if the sender is dropped without one.
+    pub fn recv(self) -> Result<T, RecvError> {
+        self.rx.recv()
+    }
+
+    /// Like [`recv`](Self::recv), giving up after `timeout`.
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
+        self.rx.recv_timeout(timeout)
+    }
+
+    /// The message, if it is there now.
+    pub fn try_recv(&self) -> Result<T, TryRecvError> {
+        self.rx.try_recv()
+    }
+}
