@@ -156,7 +156,13 @@ fn wait_fd_as(
         Wake::Ready => Ok(()),
         Wake::TimedOut | Wake::Elapsed => Err(timed_out(fd)),
         Wake::Closed => Err(closed(fd)),
-        Wake::Cancelled => Err(park::cancelled_io_error()),
+        Wake::Cancelled => {
+            // Yield first: a loop that ignores the error (an accept loop that
+            // logs and goes on) must still give its worker back, so that a
+            // shutdown can unwind it.
+            crate::yield_now();
+            Err(park::cancelled_io_error())
+        }
     }
 }
 

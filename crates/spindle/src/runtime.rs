@@ -235,27 +235,67 @@ impl Runtime {
         stats_of(&self.sched)
     }
 
-    /// Stops the runtime: fibers that never ran are dropped, started fibers
-    /// are unwound (their destructors run) and freed, worker threads exit.
-    /// Returns how many fibers were stopped rather than finishing.
+    /// Stops the runtime. Every fiber is cancelled first (see
+    /// `JoinHandle::cancel`): its current and later waits fail at once, so
+    /// fibers run their failure paths instead of waiting out timeouts.
+    /// After a short grace (250 ms) whatever is left — fibers that swallow
+    /// cancellation, fibers that never started — is stopped: started ones
+    /// have their stacks unwound (destructors run), then the worker threads
+    /// exit. Returns how many fibers were cancelled or stopped rather than
+    /// finishing.
     ///
     /// Called from one of this runtime's own fibers, it cannot wait for its
     /// own worker: it signals the stop and returns 0.
     pub fn shutdown(mut self) -> usize {
-        self.shutdown_inner()
+        self.stop(Duration::from_millis(250));
+        self.sched.stopped.load(Ordering::Relaxed)
+    }
+
+    /// Like [`shutdown`](Self::shutdown) with a grace of `timeout`: returns
+    /// when every fiber has ended or `timeout` passed, and says how many
+    /// were still alive then (those are stopped by unwinding).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let rt = spindle::Runtime::builder().workers(1).build().unwrap();
+    /// rt.spawn(|| spindle::time::sleep(Duration::from_secs(30)));
+    /// let still_alive = rt.shutdown_timeout(Duration::from_secs(1));
+    /// assert_eq!(still_alive, 0); // the sleep was cancelled at once
+    /// ```
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> usize {
+        self.stop(timeout)
     }
 
     fn shutdown_inner(&mut self) -> usize {
+        self.stop(Duration::from_millis(250));
+        self.sched.stopped.load(Ordering::Relaxed)
+    }
+
+    /// Phase one (cancel, wait up to `grace`), then phase two (stop the
+    /// workers, unwinding what is left). Returns the fibers alive after the
+    /// grace.
+    fn stop(&mut self, grace: Duration) -> usize {
         if self.down {
             return 0;
         }
         self.down = true;
+        let on_own_worker = worker::current_index(&self.sched).is_some();
+        self.sched.cancelling.store(true, Ordering::SeqCst);
+        self.sched.wake_all();
+        let mut alive = self.sched.live_fibers();
+        if !on_own_worker {
+            let deadline = Instant::now() + grace;
+            while alive > 0 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+                alive = self.sched.live_fibers();
+            }
+        }
         self.sched.shutdown.store(true, Ordering::SeqCst);
         self.sched.wake_all();
-        if worker::current_index(&self.sched).is_some() {
+        if on_own_worker {
             // Cannot join our own thread; the workers stop on their own.
             self.threads.clear();
-            return 0;
+            return alive;
         }
         let started = Instant::now();
         let mut running = self
@@ -290,7 +330,7 @@ impl Runtime {
             discard_leftovers(&self.sched, w.inbox.drain_all());
         }
         discard_leftovers(&self.sched, self.sched.global.drain_all());
-        self.sched.stopped.load(Ordering::Relaxed)
+        alive
     }
 
     fn warn_busy_workers(&self, waited: Duration) {
@@ -421,14 +461,12 @@ where
         let live = sched.live_fibers();
         io::Error::new(e.kind(), format!("{e} ({live} fibers live)"))
     })?;
-    Ok(fiber::new_fiber(
-        id,
-        f,
-        name,
-        sched.clone(),
-        owner,
-        reservation,
-    ))
+    let (fiber, handle) = fiber::new_fiber(id, f, name, sched.clone(), owner, reservation);
+    if sched.is_cancelling() {
+        // Spawned during shutdown: born cancelled, it will never run.
+        fiber.header.cancelled.store(true, Ordering::SeqCst);
+    }
+    Ok((fiber, handle))
 }
 
 pub(crate) fn spawn_or_panic<T>(spawned: io::Result<JoinHandle<T>>) -> JoinHandle<T> {

@@ -76,6 +76,8 @@ pub(crate) mod state {
     pub(crate) const JOIN_WAITER: u8 = 4;
     /// Stopped by runtime shutdown (unwound or never started).
     pub(crate) const STOPPED: u8 = 8;
+    /// Ended by cancellation (left at a wait, or never started).
+    pub(crate) const CANCELLED: u8 = 16;
 }
 
 const EMPTY: u8 = 0;
@@ -305,6 +307,7 @@ where
         if header.cancelled.load(Ordering::SeqCst) {
             // Cancelled before it could start: never run, join says so.
             drop(f);
+            header.state.fetch_or(state::CANCELLED, Ordering::AcqRel);
             return;
         }
         let result = panic::catch_unwind(AssertUnwindSafe(f));
@@ -315,6 +318,7 @@ where
             }
             if payload.is::<crate::sched::park::Cancelled>() {
                 // Left at a wait after `cancel`: no result, join says so.
+                header.state.fetch_or(state::CANCELLED, Ordering::AcqRel);
                 return;
             }
             // SAFETY: as above; COMPLETE is published after this returns.

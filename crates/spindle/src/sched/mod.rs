@@ -102,6 +102,9 @@ pub(crate) struct Scheduler {
     spawned_elsewhere: AtomicU64,
     finished_elsewhere: AtomicU64,
     pub(crate) sleepers: AtomicUsize,
+    /// Shutdown has begun: every fiber is cancelled (phase one).
+    pub(crate) cancelling: AtomicBool,
+    /// Workers stop and unwind what is left (phase two).
     pub(crate) shutdown: AtomicBool,
     /// Workers still running their loop; shutdown waits for zero.
     pub(crate) running_workers: Mutex<usize>,
@@ -125,6 +128,8 @@ pub(crate) struct WorkerShared {
     pub(crate) stacks_pooled: AtomicUsize,
     /// Id of the fiber the worker is running (0: none), for diagnostics.
     pub(crate) running_fiber: AtomicU64,
+    /// This worker has cancelled its fibers for shutdown.
+    pub(crate) cancelled_all: AtomicBool,
     /// Bumped per dispatch; the watchdog compares samples of it.
     pub(crate) dispatch_seq: AtomicU64,
     /// The dispatch the watchdog found stalled, and since when.
@@ -151,6 +156,7 @@ impl WorkerShared {
             local_len: AtomicUsize::new(0),
             stacks_pooled: AtomicUsize::new(0),
             running_fiber: AtomicU64::new(0),
+            cancelled_all: AtomicBool::new(false),
             dispatch_seq: AtomicU64::new(0),
             stalled_seq: AtomicU64::new(u64::MAX),
             stall_since: Mutex::new(None),
@@ -173,6 +179,7 @@ impl Scheduler {
             spawned_elsewhere: AtomicU64::new(0),
             finished_elsewhere: AtomicU64::new(0),
             sleepers: AtomicUsize::new(0),
+            cancelling: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
             workers_done: Condvar::new(),
             stopped: AtomicUsize::new(0),
@@ -187,6 +194,10 @@ impl Scheduler {
 
     pub(crate) fn is_shutdown(&self) -> bool {
         self.shutdown.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn is_cancelling(&self) -> bool {
+        self.cancelling.load(Ordering::Acquire)
     }
 
     /// Fibers spawned and not yet finished (running, runnable or parked).
@@ -278,6 +289,7 @@ impl Scheduler {
         self.workers[index].inbox.head_stamp() != queue::NO_STAMP
             || self.global.head_stamp() != queue::NO_STAMP
             || self.is_shutdown()
+            || (self.is_cancelling() && !self.workers[index].cancelled_all.load(Ordering::Acquire))
     }
 }
 

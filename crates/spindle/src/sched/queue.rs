@@ -86,6 +86,13 @@ impl LocalQueue {
         self.publish();
     }
 
+    /// Runs `f` on every queued fiber.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&FiberRef)) {
+        for e in self.entries.iter() {
+            f(&e.fiber);
+        }
+    }
+
     /// Fibers another worker could run.
     pub(crate) fn stealable(&self) -> usize {
         self.stealable
@@ -263,6 +270,13 @@ impl SharedQueue {
             q.insert(at, e);
         }
         self.publish(&q);
+    }
+
+    /// Runs `f` on every queued fiber (shutdown: mark them cancelled).
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&FiberRef)) {
+        for e in self.lock().iter() {
+            f(&e.fiber);
+        }
     }
 
     /// Empties the queue (shutdown).

@@ -299,9 +299,12 @@ impl LiveTable {
         taken
     }
 
+    /// Takes every live fiber, newest first (a scope's children before the
+    /// parent that waits for them).
     fn drain(&mut self) -> Vec<FiberRef> {
         self.free.clear();
-        let all = self.slots.drain(..).flatten().collect();
+        let mut all: Vec<FiberRef> = self.slots.drain(..).flatten().collect();
+        all.sort_by_key(|f| std::cmp::Reverse(f.header.id));
         all
     }
 }
@@ -416,6 +419,9 @@ impl Worker {
             if self.sched.is_shutdown() {
                 return;
             }
+            if self.sched.is_cancelling() && !self.shared().cancelled_all.load(Ordering::Relaxed) {
+                self.cancel_all();
+            }
             if let Some(entry) = self.next() {
                 self.dispatch(entry.fiber);
                 let n = self.dispatches.get() + 1;
@@ -506,6 +512,28 @@ impl Worker {
         }
     }
 
+    /// Shutdown, phase one: cancel every fiber this worker owns (started
+    /// ones wake from their waits and run their failure paths; queued
+    /// unstarted ones will never run).
+    #[cold]
+    fn cancel_all(&self) {
+        self.shared().cancelled_all.store(true, Ordering::Release);
+        let mark = |f: &FiberRef| f.header.cancelled.store(true, Ordering::SeqCst);
+        // SAFETY: loop-only borrows, ended before any fiber runs.
+        unsafe { &*self.local.get() }.for_each(mark);
+        self.shared().inbox.for_each(mark);
+        self.sched.global.for_each(mark);
+        let live: Vec<FiberRef> = unsafe { &*self.live.get() }
+            .slots
+            .iter()
+            .flatten()
+            .cloned()
+            .collect();
+        for f in &live {
+            crate::sched::park::cancel(f);
+        }
+    }
+
     /// Files a finished fiber: its stack to the pool, the counters, then
     /// its joiner (last, so a woken joiner sees the counters).
     fn retire(&self, fiber: &FiberRef, stack: Option<crate::fiber::stack::FiberStack>) {
@@ -516,6 +544,10 @@ impl Worker {
             self.shared()
                 .stacks_pooled
                 .store(pool.len(), Ordering::Relaxed);
+        }
+        if fiber.header.state() & crate::fiber::state::CANCELLED != 0 && self.sched.is_cancelling()
+        {
+            self.sched.stopped.fetch_add(1, Ordering::Relaxed);
         }
         self.count_finished();
         fiber.header.complete(false);
