@@ -52,12 +52,15 @@ impl Pool {
     fn submit(&'static self, job: Job) {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.queue.push_back(job);
+        // An idle thread counts as idle until it wakes, so "is any thread
+        // idle" would let a burst of jobs pile onto one thread. Start one
+        // whenever queued jobs outnumber the idle threads that will take
+        // them.
+        let need_thread = st.queue.len() > st.idle;
         if st.idle > 0 {
-            drop(st);
             self.work.notify_one();
-            return;
         }
-        if st.threads < self.max_threads {
+        if need_thread && st.threads < self.max_threads {
             st.threads += 1;
             drop(st);
             let spawned = std::thread::Builder::new()

@@ -74,6 +74,7 @@ pub use fiber::{Fiber, JoinError, JoinHandle};
 pub use future::{block_on, can_suspend};
 pub use runtime::{Runtime, RuntimeBuilder};
 pub use sched::park::{is_cancelled, Cancelled};
+pub use sched::scope::{scope, Scope, ScopedJoinHandle};
 pub use stats::{Stats, WorkerStats};
 
 /// Runs `f` as the first fiber of a new runtime with default settings, and

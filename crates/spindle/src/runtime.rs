@@ -377,7 +377,7 @@ pub(crate) fn stats_of(sched: &Scheduler) -> Stats {
     Stats {
         live_fibers: sched.live_fibers(),
         global_queued: sched.global.len(),
-        wait_registrations: crate::sched::park::registrations(),
+        wait_registrations: sched.registrations.load(Ordering::Relaxed),
         workers: sched
             .workers
             .iter()

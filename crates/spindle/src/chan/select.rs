@@ -358,7 +358,10 @@ macro_rules! select {
 #[macro_export]
 macro_rules! __select_internal {
     // --- parsing: collect arms, then an optional default -------------------
-    (@parse [$($arms:tt)*] [] (recv($rx:expr) -> $p:pat => $body:block $(,)? $($rest:tt)*)) => {
+    (@parse [$($arms:tt)*] [] (recv($rx:expr) -> $p:pat => $body:block, $($rest:tt)*)) => {
+        $crate::__select_internal!(@parse [$($arms)* (recv ($rx) ($p) ($body))] [] ($($rest)*))
+    };
+    (@parse [$($arms:tt)*] [] (recv($rx:expr) -> $p:pat => $body:block $($rest:tt)*)) => {
         $crate::__select_internal!(@parse [$($arms)* (recv ($rx) ($p) ($body))] [] ($($rest)*))
     };
     (@parse [$($arms:tt)*] [] (recv($rx:expr) -> $p:pat => $body:expr, $($rest:tt)*)) => {
@@ -367,7 +370,10 @@ macro_rules! __select_internal {
     (@parse [$($arms:tt)*] [] (recv($rx:expr) -> $p:pat => $body:expr)) => {
         $crate::__select_internal!(@parse [$($arms)* (recv ($rx) ($p) ($body))] [] ())
     };
-    (@parse [$($arms:tt)*] [] (send($tx:expr, $v:expr) -> $p:pat => $body:block $(,)? $($rest:tt)*)) => {
+    (@parse [$($arms:tt)*] [] (send($tx:expr, $v:expr) -> $p:pat => $body:block, $($rest:tt)*)) => {
+        $crate::__select_internal!(@parse [$($arms)* (send ($tx, $v) ($p) ($body))] [] ($($rest)*))
+    };
+    (@parse [$($arms:tt)*] [] (send($tx:expr, $v:expr) -> $p:pat => $body:block $($rest:tt)*)) => {
         $crate::__select_internal!(@parse [$($arms)* (send ($tx, $v) ($p) ($body))] [] ($($rest)*))
     };
     (@parse [$($arms:tt)*] [] (send($tx:expr, $v:expr) -> $p:pat => $body:expr, $($rest:tt)*)) => {

@@ -577,6 +577,12 @@ enum JoinErrorRepr {
 }
 
 impl JoinError {
+    pub(crate) fn from_panic(payload: Box<dyn Any + Send + 'static>) -> JoinError {
+        JoinError {
+            repr: JoinErrorRepr::Panic(payload),
+        }
+    }
+
     /// The fiber panicked.
     pub fn is_panic(&self) -> bool {
         matches!(self.repr, JoinErrorRepr::Panic(_))

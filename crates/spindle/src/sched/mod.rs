@@ -63,6 +63,7 @@
 pub(crate) mod lock;
 pub(crate) mod park;
 pub(crate) mod queue;
+pub(crate) mod scope;
 pub(crate) mod watchdog;
 pub(crate) mod worker;
 
@@ -111,6 +112,8 @@ pub(crate) struct Scheduler {
     pub(crate) workers_done: Condvar,
     /// Fibers stopped by shutdown (unwound or never started).
     pub(crate) stopped: AtomicUsize,
+    /// Waits of this runtime's fibers published and not yet ended.
+    pub(crate) registrations: AtomicUsize,
 }
 
 /// What other threads may see and touch of a worker.
@@ -183,6 +186,7 @@ impl Scheduler {
             shutdown: AtomicBool::new(false),
             workers_done: Condvar::new(),
             stopped: AtomicUsize::new(0),
+            registrations: AtomicUsize::new(0),
         })
     }
 

@@ -172,13 +172,10 @@ fn outcome_of(code: u8) -> Wake {
     }
 }
 
-/// Live wait registrations (waits published and not yet ended), for
-/// `Stats::wait_registrations` (seed 004's `task::registrations()`).
-static REGISTRATIONS: AtomicUsize = AtomicUsize::new(0);
-
-pub(crate) fn registrations() -> usize {
-    REGISTRATIONS.load(Ordering::Relaxed)
-}
+/// Live wait registrations of plain threads (fibers count theirs in their
+/// scheduler's `registrations`): `Stats::wait_registrations`, seed 004's
+/// `task::registrations()`.
+static THREAD_REGISTRATIONS: AtomicUsize = AtomicUsize::new(0);
 
 /// A waker's claim on one wait of one fiber.
 #[derive(Clone)]
@@ -382,7 +379,7 @@ pub(crate) fn wait(
         header.complete_wait(seq, WAITING, outcome_code(Wake::Ready));
         return Wake::Ready;
     }
-    REGISTRATIONS.fetch_add(1, Ordering::Relaxed);
+    header.sched.registrations.fetch_add(1, Ordering::Relaxed);
     header.waiting_on.set(kind);
     if header.cancelled.load(Ordering::SeqCst) {
         token.wake(Wake::Cancelled, false);
@@ -412,7 +409,7 @@ pub(crate) fn wait(
     if why != Wake::Ready {
         unregister(&token);
     }
-    REGISTRATIONS.fetch_sub(1, Ordering::Relaxed);
+    header.sched.registrations.fetch_sub(1, Ordering::Relaxed);
     if why == Wake::TimedOut && from_timeout {
         why = Wake::Elapsed;
         header.elapsed.set(deadline);
@@ -449,7 +446,7 @@ pub(crate) fn block(
     if !register(notify.clone()) {
         return Wake::Ready;
     }
-    REGISTRATIONS.fetch_add(1, Ordering::Relaxed);
+    THREAD_REGISTRATIONS.fetch_add(1, Ordering::Relaxed);
     while me.outcome.load(Ordering::Acquire) == WAITING {
         match deadline {
             Some(d) => {
@@ -467,7 +464,7 @@ pub(crate) fn block(
     if why != Wake::Ready {
         unregister(&notify);
     }
-    REGISTRATIONS.fetch_sub(1, Ordering::Relaxed);
+    THREAD_REGISTRATIONS.fetch_sub(1, Ordering::Relaxed);
     why
 }
 

@@ -1,0 +1,193 @@
+//! Channels: MPMC stress across fibers and threads, rendezvous, select,
+//! timeouts, disconnection.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use spindle::chan::{self, RecvTimeoutError, TryRecvError};
+use spindle::Runtime;
+
+#[test]
+fn mpmc_stress_with_fiber_and_thread_ends_loses_and_duplicates_nothing() {
+    const PER_PRODUCER: u64 = 20_000;
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let (tx, rx) = chan::bounded::<u64>(64);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    // 4 fiber producers and 2 thread producers; 4 fiber consumers and 2
+    // thread consumers.
+    let mut producers = Vec::new();
+    for p in 0..4u64 {
+        let tx = tx.clone();
+        producers.push(rt.spawn(move || {
+            for i in 0..PER_PRODUCER {
+                tx.send(p * PER_PRODUCER + i).unwrap();
+            }
+        }));
+    }
+    let threads: Vec<_> = (4..6u64)
+        .map(|p| {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for i in 0..PER_PRODUCER {
+                    tx.send(p * PER_PRODUCER + i).unwrap();
+                }
+            })
+        })
+        .collect();
+    drop(tx);
+    let consume = |rx: chan::Receiver<u64>, seen: Arc<Mutex<Vec<u64>>>| {
+        move || {
+            let mut mine = Vec::new();
+            for v in rx.iter() {
+                mine.push(v);
+            }
+            seen.lock().unwrap().extend(mine);
+        }
+    };
+    let fiber_consumers: Vec<_> = (0..4)
+        .map(|_| rt.spawn(consume(rx.clone(), seen.clone())))
+        .collect();
+    let thread_consumers: Vec<_> = (0..2)
+        .map(|_| std::thread::spawn(consume(rx.clone(), seen.clone())))
+        .collect();
+    drop(rx);
+    for p in producers {
+        p.join().unwrap();
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    for c in fiber_consumers {
+        c.join().unwrap();
+    }
+    for c in thread_consumers {
+        c.join().unwrap();
+    }
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len() as u64, 6 * PER_PRODUCER, "no loss");
+    let unique: HashSet<_> = seen.iter().collect();
+    assert_eq!(unique.len(), seen.len(), "no duplicate");
+}
+
+#[test]
+fn a_rendezvous_channel_hands_over_across_workers() {
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    rt.block_on(|| {
+        let (tx, rx) = chan::bounded::<usize>(0);
+        let (back_tx, back_rx) = chan::bounded::<usize>(0);
+        let echo = spindle::spawn(move || {
+            for v in rx.iter() {
+                back_tx.send(v + 1).unwrap();
+            }
+        });
+        for i in 0..10_000 {
+            tx.send(i).unwrap();
+            assert_eq!(back_rx.recv().unwrap(), i + 1);
+        }
+        // With nobody receiving, a rendezvous send cannot complete now.
+        let (lonely_tx, _lonely_rx) = chan::bounded::<usize>(0);
+        assert!(lonely_tx.try_send(1).is_err());
+        drop(tx);
+        echo.join().unwrap();
+    });
+}
+
+#[test]
+fn select_chooses_fairly_among_ready_arms() {
+    spindle::run(|| {
+        let (tx1, rx1) = chan::unbounded::<u8>();
+        let (tx2, rx2) = chan::unbounded::<u8>();
+        for _ in 0..10_000 {
+            tx1.send(1).unwrap();
+            tx2.send(2).unwrap();
+        }
+        let mut counts = [0usize; 3];
+        for _ in 0..10_000 {
+            let v = spindle::select! {
+                recv(rx1) -> v => v.unwrap(),
+                recv(rx2) -> v => v.unwrap(),
+            };
+            counts[v as usize] += 1;
+        }
+        assert!(counts[1] > 4_000 && counts[2] > 4_000, "unfair: {counts:?}");
+    });
+}
+
+#[test]
+fn select_waits_sends_times_out_and_defaults() {
+    spindle::run(|| {
+        let (tx, rx) = chan::bounded::<u32>(0);
+        let (_keep, never) = chan::unbounded::<u32>();
+        // Nothing ready: default runs at once.
+        let r = spindle::select! {
+            recv(never) -> _v => 0,
+            default => 1,
+        };
+        assert_eq!(r, 1);
+        // Times out.
+        let start = Instant::now();
+        let r = spindle::select! {
+            recv(never) -> _v => 0,
+            default(Duration::from_millis(30)) => 2,
+        };
+        assert_eq!(r, 2);
+        assert!(start.elapsed() >= Duration::from_millis(30));
+        // A send arm completes when a receiver comes.
+        let rx2 = rx.clone();
+        let receiver = spindle::spawn(move || {
+            spindle::time::sleep(Duration::from_millis(10));
+            rx2.recv().unwrap()
+        });
+        let r = spindle::select! {
+            send(tx, 99) -> res => { res.unwrap(); 3 },
+            recv(never) -> _v => 0,
+        };
+        assert_eq!(r, 3);
+        assert_eq!(receiver.join().unwrap(), 99);
+    });
+}
+
+#[test]
+fn timeouts_and_disconnection_follow_crossbeam() {
+    spindle::run(|| {
+        let (tx, rx) = chan::bounded::<u8>(1);
+        assert_eq!(rx.try_recv(), Err(TryRecvError::Empty));
+        assert_eq!(
+            rx.recv_timeout(Duration::from_millis(10)),
+            Err(RecvTimeoutError::Timeout)
+        );
+        tx.send(1).unwrap();
+        assert!(
+            tx.send_timeout(2, Duration::from_millis(10)).is_err(),
+            "full"
+        );
+        drop(tx);
+        assert_eq!(rx.recv(), Ok(1), "queued messages outlive the senders");
+        assert_eq!(rx.recv(), Err(chan::RecvError));
+        let (tx, rx) = chan::unbounded::<u8>();
+        drop(rx);
+        assert!(tx.send(5).is_err());
+        // A parked receiver is woken by the last sender leaving.
+        let (tx, rx) = chan::unbounded::<u8>();
+        let r = spindle::spawn(move || rx.recv());
+        spindle::time::sleep(Duration::from_millis(10));
+        drop(tx);
+        assert_eq!(r.join().unwrap(), Err(chan::RecvError));
+    });
+}
+
+#[test]
+fn a_thread_and_a_fiber_talk_over_one_channel() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let (tx, rx) = chan::bounded::<u32>(0);
+    let fiber = rt.spawn(move || rx.iter().sum::<u32>());
+    let n = Arc::new(AtomicUsize::new(0));
+    for i in 0..1000 {
+        tx.send(i).unwrap(); // blocks this thread until the fiber takes it
+        n.fetch_add(1, Ordering::Relaxed);
+    }
+    drop(tx);
+    assert_eq!(fiber.join().unwrap(), (0..1000).sum());
+}
