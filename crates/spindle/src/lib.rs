@@ -234,6 +234,12 @@ pub mod __bench {
     }
 }
 
+/// The current runtime's fiber dump (see [`Runtime::dump`]), or `None`
+/// outside a runtime.
+pub fn dump() -> Option<String> {
+    sched::worker::with_current_scheduler(|s| sched::dump::dump(s))
+}
+
 /// Counters of the current fiber's runtime, or `None` outside one.
 pub fn stats() -> Option<Stats> {
     sched::worker::current_scheduler().map(|(s, _)| runtime::stats_of(&s))

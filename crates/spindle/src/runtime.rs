@@ -61,6 +61,7 @@ pub struct RuntimeBuilder {
     max_pooled_stacks: usize,
     thread_name: String,
     stall_warning: Option<Duration>,
+    dump_on_sigquit: bool,
 }
 
 impl Default for RuntimeBuilder {
@@ -71,6 +72,7 @@ impl Default for RuntimeBuilder {
             max_pooled_stacks: 256,
             thread_name: "spindle-worker".to_string(),
             stall_warning: Some(Duration::from_millis(100)),
+            dump_on_sigquit: false,
         }
     }
 }
@@ -115,6 +117,14 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Print [`Runtime::dump`] to stderr when the process gets `SIGQUIT`
+    /// (`kill -QUIT <pid>`, or Ctrl-\ in a terminal), as Go does. Off by
+    /// default: it replaces the signal's default action (core dump).
+    pub fn dump_on_sigquit(mut self, on: bool) -> Self {
+        self.dump_on_sigquit = on;
+        self
+    }
+
     /// Starts the worker threads.
     pub fn build(self) -> io::Result<Runtime> {
         fiber::overflow::install_overflow_handler();
@@ -130,6 +140,9 @@ impl RuntimeBuilder {
             stall_warning: self.stall_warning,
         })?);
         crate::sched::watchdog::start(&sched, sched.config.stall_warning);
+        if self.dump_on_sigquit {
+            crate::sched::dump::dump_on_sigquit(&sched);
+        }
         let mut threads = Vec::with_capacity(workers);
         for index in 0..workers {
             let s = sched.clone();
@@ -228,6 +241,22 @@ impl Runtime {
 
     pub(crate) fn scheduler(&self) -> &Arc<Scheduler> {
         &self.sched
+    }
+
+    /// Every live fiber of this runtime — id, name, and what it waits on —
+    /// one line each, by worker: a Go-style goroutine dump.
+    ///
+    /// ```
+    /// let rt = spindle::Runtime::builder().workers(1).build().unwrap();
+    /// let _h = spindle::Builder::new().name("idle-conn").spawn_on(&rt, || {
+    ///     spindle::time::sleep(std::time::Duration::from_secs(60))
+    /// });
+    /// std::thread::sleep(std::time::Duration::from_millis(20));
+    /// let dump = rt.dump();
+    /// assert!(dump.contains("\"idle-conn\": sleeping"), "{dump}");
+    /// ```
+    pub fn dump(&self) -> String {
+        crate::sched::dump::dump(&self.sched)
     }
 
     /// Counters of this runtime (see [`Stats`]).

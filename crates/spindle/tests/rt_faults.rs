@@ -143,3 +143,50 @@ fn running_out_of_fds_gives_emfile_and_the_listener_recovers() {
         "the limit was never hit: {line}"
     );
 }
+
+#[test]
+fn dump_names_every_fiber_and_what_it_waits_on() {
+    if role().is_some() {
+        return;
+    }
+    let rt = spindle::Runtime::builder().workers(2).build().unwrap();
+    let (_a, b) = spindle::net::UnixStream::pair().unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&b);
+    let lock = std::sync::Arc::new(spindle::sync::Mutex::new(()));
+    let held = lock.clone();
+    let (_tx, rx) = spindle::chan::unbounded::<u8>();
+    let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+        spindle::Builder::new().name(name).spawn_on(&rt, f).unwrap()
+    };
+    let holder = spawn(
+        "holder",
+        Box::new(move || {
+            let _g = held.lock();
+            spindle::time::sleep(Duration::from_secs(60));
+        }),
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    let _waiter = spawn("lock-waiter", Box::new(move || drop(lock.lock())));
+    let _reader = spawn(
+        "reader",
+        Box::new(move || {
+            let _ = (&b).read(&mut [0u8; 1]);
+        }),
+    );
+    let _recv = spawn("chan-waiter", Box::new(move || drop(rx.recv())));
+    std::thread::sleep(Duration::from_millis(50));
+    let dump = rt.block_on(|| spindle::dump().unwrap());
+    for (name, what) in [
+        ("holder", "sleeping"),
+        ("lock-waiter", "waiting for a lock"),
+        ("reader", &format!("waiting for fd {fd} to be readable")),
+        ("chan-waiter", "waiting on a channel"),
+    ] {
+        assert!(
+            dump.contains(&format!("\"{name}\": {what}")),
+            "no {name} line in:\n{dump}"
+        );
+    }
+    assert!(dump.contains("running (asked for this dump)"), "{dump}");
+    drop(holder);
+}

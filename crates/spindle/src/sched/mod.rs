@@ -60,6 +60,7 @@
 //!   `!Send` locals held across a wait; left out rather than offered as an
 //!   `unsafe` opt-in whose contract users would have to audit.
 
+pub(crate) mod dump;
 pub(crate) mod lock;
 pub(crate) mod park;
 pub(crate) mod queue;
@@ -114,6 +115,8 @@ pub(crate) struct Scheduler {
     pub(crate) stopped: AtomicUsize,
     /// Waits of this runtime's fibers published and not yet ended.
     pub(crate) registrations: AtomicUsize,
+    /// Bumped to ask every worker for its part of a dump (see `dump`).
+    pub(crate) dump_gen: AtomicU64,
 }
 
 /// What other threads may see and touch of a worker.
@@ -131,6 +134,8 @@ pub(crate) struct WorkerShared {
     pub(crate) stacks_pooled: AtomicUsize,
     /// Id of the fiber the worker is running (0: none), for diagnostics.
     pub(crate) running_fiber: AtomicU64,
+    /// This worker's answer to the latest dump request: (generation, text).
+    pub(crate) dump_report: Mutex<(u64, String)>,
     /// This worker has cancelled its fibers for shutdown.
     pub(crate) cancelled_all: AtomicBool,
     /// Bumped per dispatch; the watchdog compares samples of it.
@@ -159,6 +164,7 @@ impl WorkerShared {
             local_len: AtomicUsize::new(0),
             stacks_pooled: AtomicUsize::new(0),
             running_fiber: AtomicU64::new(0),
+            dump_report: Mutex::new((0, String::new())),
             cancelled_all: AtomicBool::new(false),
             dispatch_seq: AtomicU64::new(0),
             stalled_seq: AtomicU64::new(u64::MAX),
@@ -187,6 +193,7 @@ impl Scheduler {
             workers_done: Condvar::new(),
             stopped: AtomicUsize::new(0),
             registrations: AtomicUsize::new(0),
+            dump_gen: AtomicU64::new(0),
         })
     }
 
@@ -292,6 +299,8 @@ impl Scheduler {
     fn has_visible_work(&self, index: usize) -> bool {
         self.workers[index].inbox.head_stamp() != queue::NO_STAMP
             || self.global.head_stamp() != queue::NO_STAMP
+            || self.dump_gen.load(Ordering::Acquire)
+                != self.workers[index].dump_report.lock().map_or(0, |r| r.0)
             || self.is_shutdown()
             || (self.is_cancelling() && !self.workers[index].cancelled_all.load(Ordering::Acquire))
     }

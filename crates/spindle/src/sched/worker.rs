@@ -53,6 +53,8 @@ pub(crate) struct Worker {
     /// Next fiber id to hand out and the end of this worker's id block.
     ids: Cell<(u64, u64)>,
     dispatches: Cell<u64>,
+    /// The last dump request this worker answered.
+    dump_answered: Cell<u64>,
     /// Deadlines of this worker's fibers (see `poll::timer`).
     timers: UnsafeCell<TimerHeap>,
     /// Buffer for `epoll_wait`.
@@ -89,6 +91,11 @@ pub(crate) fn current_scheduler() -> Option<(Arc<Scheduler>, usize)> {
 /// Runs `f` with the calling worker's scheduler, without cloning it.
 pub(crate) fn with_current_scheduler<R>(f: impl FnOnce(&Arc<Scheduler>) -> R) -> Option<R> {
     with_worker(|w| w.map(|w| f(&w.sched)))
+}
+
+/// The calling worker's part of a dump (called on a fiber of it).
+pub(crate) fn report_here() -> String {
+    with_worker(|w| w.map(|w| w.report()).unwrap_or_default())
 }
 
 /// Index of the worker running the caller, in its runtime.
@@ -328,6 +335,7 @@ pub(crate) fn run(sched: Arc<Scheduler>, index: usize) {
         current: Cell::new(std::ptr::null()),
         ids: Cell::new((0, 0)),
         dispatches: Cell::new(0),
+        dump_answered: Cell::new(0),
         timers: UnsafeCell::new(TimerHeap::default()),
         events: UnsafeCell::new(Vec::with_capacity(256)),
         last_poll: Cell::new(Instant::now()),
@@ -422,6 +430,10 @@ impl Worker {
             if self.sched.is_cancelling() && !self.shared().cancelled_all.load(Ordering::Relaxed) {
                 self.cancel_all();
             }
+            let gen = self.sched.dump_gen.load(Ordering::Relaxed);
+            if gen != self.dump_answered.get() {
+                self.answer_dump(gen);
+            }
             if let Some(entry) = self.next() {
                 self.dispatch(entry.fiber);
                 let n = self.dispatches.get() + 1;
@@ -510,6 +522,40 @@ impl Worker {
                 self.retire(&fiber, stack);
             }
         }
+    }
+
+    /// This worker's part of a dump: one line per fiber it owns.
+    fn report(&self) -> String {
+        // SAFETY: the loop holds no borrow of `live` or `local` while this
+        // runs (in the loop itself, or on a fiber of this worker).
+        let live: Vec<&FiberRef> = unsafe { &*self.live.get() }
+            .slots
+            .iter()
+            .flatten()
+            .collect();
+        let mut queued_new = 0;
+        unsafe { &*self.local.get() }.for_each(|f| queued_new += (!f.header.is_started()) as usize);
+        self.shared()
+            .inbox
+            .for_each(|f| queued_new += (!f.header.is_started()) as usize);
+        let running = self.current_id();
+        super::dump::worker_report(self.index, running, &live, queued_new)
+    }
+
+    fn current_id(&self) -> Option<u64> {
+        // SAFETY: see `current_fiber`.
+        unsafe { self.current.get().as_ref() }.map(|f| f.header.id)
+    }
+
+    #[cold]
+    fn answer_dump(&self, gen: u64) {
+        self.dump_answered.set(gen);
+        let text = self.report();
+        *self
+            .shared()
+            .dump_report
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = (gen, text);
     }
 
     /// Shutdown, phase one: cancel every fiber this worker owns (started
