@@ -44,7 +44,9 @@ fn cancelling_ten_thousand_fibers_in_every_kind_of_wait() {
                     let _c = counter;
                     match i % 8 {
                         0 => drop(lock.lock()),
-                        1 => drop(rx.recv()),
+                        1 => {
+                            let _ = rx.recv();
+                        }
                         2 => drop(sem.acquire()),
                         3 => {
                             let g = cv.0.lock();

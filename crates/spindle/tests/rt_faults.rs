@@ -173,7 +173,12 @@ fn dump_names_every_fiber_and_what_it_waits_on() {
             let _ = (&b).read(&mut [0u8; 1]);
         }),
     );
-    let _recv = spawn("chan-waiter", Box::new(move || drop(rx.recv())));
+    let _recv = spawn(
+        "chan-waiter",
+        Box::new(move || {
+            let _ = rx.recv();
+        }),
+    );
     std::thread::sleep(Duration::from_millis(50));
     let dump = rt.block_on(|| spindle::dump().unwrap());
     for (name, what) in [
