@@ -314,8 +314,22 @@ impl<T> Sender<T> {
     }
 
     fn send_until(&self, msg: T, deadline: Option<Instant>) -> Result<(), SendTimeoutError<T>> {
+        // Fast path: a hand-over or a free place, under one lock.
+        let msg = {
+            let mut st = self.chan.lock();
+            if st.receivers == 0 {
+                return Err(SendTimeoutError::Disconnected(msg));
+            }
+            match st.try_give(msg) {
+                Ok(()) => {
+                    self.chan.publish_len(&st);
+                    return Ok(());
+                }
+                Err(msg) => msg,
+            }
+        };
         let mut pending = Some(msg);
-        let my_slot: Slot<T> = slot(SlotState::Empty);
+        let mut my_slot: Option<Slot<T>> = None;
         park::exit_if_cancelled();
         let why = park::block(
             WaitKind::Channel,
@@ -333,11 +347,12 @@ impl<T> Sender<T> {
                         false
                     }
                     Err(msg) => {
-                        put(&my_slot, msg);
+                        let s = slot(SlotState::Value(msg));
                         st.senders_waiting.push_back(Waiting {
                             notify,
-                            slot: my_slot.clone(),
+                            slot: s.clone(),
                         });
+                        my_slot = Some(s);
                         true
                     }
                 }
@@ -347,18 +362,20 @@ impl<T> Sender<T> {
                 st.senders_waiting.retain(|w| !w.notify.same(notify));
             },
         );
+        let keep_value = || {
+            my_slot
+                .as_ref()
+                .and_then(take)
+                .expect("an unsent message stays with its sender")
+        };
         match why {
             Wake::Ready => match pending.take() {
                 // Registration found no receivers left.
                 Some(v) => Err(SendTimeoutError::Disconnected(v)),
                 None => Ok(()),
             },
-            Wake::TimedOut => Err(SendTimeoutError::Timeout(
-                take(&my_slot).expect("a timed-out send keeps its value"),
-            )),
-            Wake::Closed => Err(SendTimeoutError::Disconnected(
-                take(&my_slot).expect("a disconnected send keeps its value"),
-            )),
+            Wake::TimedOut => Err(SendTimeoutError::Timeout(keep_value())),
+            Wake::Closed => Err(SendTimeoutError::Disconnected(keep_value())),
             other => crate::sync::exit_for(other),
         }
     }
@@ -404,7 +421,18 @@ impl<T> Receiver<T> {
     }
 
     fn recv_until(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
-        let my_slot: Slot<T> = slot(SlotState::Empty);
+        // Fast path: a message in the buffer or from a parked sender.
+        {
+            let mut st = self.chan.lock();
+            if let Some(v) = st.try_take() {
+                self.chan.publish_len(&st);
+                return Ok(v);
+            }
+            if st.senders == 0 {
+                return Err(RecvTimeoutError::Disconnected);
+            }
+        }
+        let mut my_slot: Option<Slot<T>> = None;
         let mut got = None;
         let mut disconnected = false;
         park::exit_if_cancelled();
@@ -422,10 +450,12 @@ impl<T> Receiver<T> {
                     disconnected = true;
                     return false;
                 }
+                let s = slot(SlotState::Empty);
                 st.receivers_waiting.push_back(Waiting {
                     notify,
-                    slot: my_slot.clone(),
+                    slot: s.clone(),
                 });
+                my_slot = Some(s);
                 true
             },
             |notify| {
@@ -436,7 +466,7 @@ impl<T> Receiver<T> {
         match why {
             Wake::Ready if disconnected => Err(RecvTimeoutError::Disconnected),
             Wake::Ready => Ok(got
-                .or_else(|| take(&my_slot))
+                .or_else(|| my_slot.as_ref().and_then(take))
                 .expect("a ready receive has its message")),
             Wake::TimedOut => Err(RecvTimeoutError::Timeout),
             Wake::Closed => Err(RecvTimeoutError::Disconnected),

@@ -296,7 +296,7 @@ impl Scheduler {
     }
 
     /// Whether anything is queued where worker `index` would look.
-    fn has_visible_work(&self, index: usize) -> bool {
+    pub(crate) fn has_visible_work(&self, index: usize) -> bool {
         self.workers[index].inbox.head_stamp() != queue::NO_STAMP
             || self.global.head_stamp() != queue::NO_STAMP
             || self.dump_gen.load(Ordering::Acquire)

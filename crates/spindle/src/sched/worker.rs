@@ -37,6 +37,11 @@ const BATCH: usize = 32;
 /// workers to hand half of it to every this many dispatches.
 pub(crate) const SHED_EVERY: u64 = 64;
 
+/// Longest spin of an idle worker before it sleeps (see `Worker::sleep`).
+const SPIN_US: u64 = 30;
+/// A sleep shorter than this counts as "cut short by a wake".
+const SHORT_SLEEP_US: u64 = 200;
+
 /// Fiber ids a worker takes from the global counter at a time.
 const ID_BLOCK: u64 = 1024;
 
@@ -55,6 +60,9 @@ pub(crate) struct Worker {
     dispatches: Cell<u64>,
     /// The last dump request this worker answered.
     dump_answered: Cell<u64>,
+    /// Whether the last sleep ended soon after it began (a ping-pong with
+    /// another thread): then the next idle spell spins before sleeping.
+    last_sleep_short: Cell<bool>,
     /// Deadlines of this worker's fibers (see `poll::timer`).
     timers: UnsafeCell<TimerHeap>,
     /// Buffer for `epoll_wait`.
@@ -336,6 +344,7 @@ pub(crate) fn run(sched: Arc<Scheduler>, index: usize) {
         ids: Cell::new((0, 0)),
         dispatches: Cell::new(0),
         dump_answered: Cell::new(0),
+        last_sleep_short: Cell::new(false),
         timers: UnsafeCell::new(TimerHeap::default()),
         events: UnsafeCell::new(Vec::with_capacity(256)),
         last_poll: Cell::new(Instant::now()),
@@ -660,6 +669,40 @@ impl Worker {
     /// Nothing to run: block in `epoll_wait` (holding the poller's lease)
     /// or on the thread parker, until woken or the next timer is due.
     fn sleep(&self) {
+        // Spin before parking (seed 002), only when the last sleep was cut
+        // short by a wake — a closed loop with another thread, where a
+        // sleep/wake costs tens of µs of wake-up latency. An idle worker's
+        // sleeps are long, so it does not spin and burns nothing.
+        if self.last_sleep_short.get() && self.spin_for_work() {
+            return;
+        }
+        let slept_at = Instant::now();
+        self.sleep_inner();
+        self.last_sleep_short
+            .set(slept_at.elapsed() < std::time::Duration::from_micros(SHORT_SLEEP_US));
+    }
+
+    /// Watches the shared queues for up to `SPIN_US`; true if work came.
+    fn spin_for_work(&self) -> bool {
+        let start = Instant::now();
+        loop {
+            for _ in 0..64 {
+                std::hint::spin_loop();
+            }
+            // Queue heads only (atomics, no lock); shutdown and dump
+            // requests are seen by the full check before the real sleep.
+            if self.shared().inbox.head_stamp() != super::queue::NO_STAMP
+                || self.sched.global.head_stamp() != super::queue::NO_STAMP
+            {
+                return true;
+            }
+            if start.elapsed() >= std::time::Duration::from_micros(SPIN_US) {
+                return false;
+            }
+        }
+    }
+
+    fn sleep_inner(&self) {
         // SAFETY: loop-only borrows.
         unsafe { &mut *self.pool.get() }.trim();
         let next_deadline = unsafe { &*self.timers.get() }.next_deadline();

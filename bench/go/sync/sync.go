@@ -1,0 +1,63 @@
+// Channel and mutex benchmarks for Go: sync <pingpong|mutex|contended> N.
+// Run with GOMAXPROCS=1 or 2.
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+)
+
+func main() {
+	bench := os.Args[1]
+	n, _ := strconv.Atoi(os.Args[2])
+	var ns float64
+	switch bench {
+	case "pingpong":
+		c1 := make(chan int, 1)
+		c2 := make(chan int, 1)
+		go func() {
+			for v := range c1 {
+				c2 <- v
+			}
+		}()
+		start := time.Now()
+		for i := 0; i < n; i++ {
+			c1 <- i
+			<-c2
+		}
+		ns = float64(time.Since(start).Nanoseconds()) / float64(n)
+		close(c1)
+	case "mutex":
+		var m sync.Mutex
+		x := 0
+		start := time.Now()
+		for i := 0; i < n; i++ {
+			m.Lock()
+			x++
+			m.Unlock()
+		}
+		ns = float64(time.Since(start).Nanoseconds()) / float64(n)
+	case "contended":
+		var m sync.Mutex
+		x := 0
+		var wg sync.WaitGroup
+		start := time.Now()
+		for k := 0; k < 4; k++ {
+			wg.Add(1)
+			go func() {
+				for i := 0; i < n/4; i++ {
+					m.Lock()
+					x++
+					m.Unlock()
+				}
+				wg.Done()
+			}()
+		}
+		wg.Wait()
+		ns = float64(time.Since(start).Nanoseconds()) / float64(n/4*4)
+	}
+	fmt.Printf("RESULT %.3f ns\n", ns)
+}

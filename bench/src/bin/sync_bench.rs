@@ -1,0 +1,204 @@
+//! Channel and mutex benchmarks: `sync_bench <impl> <bench> N`, printing
+//! `RESULT <ns> ns` per operation.
+//!
+//! * `pingpong1` / `pingpong2`: a round trip between two parties over two
+//!   capacity-1 channels, on one worker / across two workers (threads for
+//!   crossbeam).
+//! * `mutex`: uncontended lock+unlock.
+//! * `contended`: 4 parties each doing N/4 lock+increment+unlock on one
+//!   mutex, on two workers (threads for parking_lot).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+fn spindle_rt(workers: usize) -> spindle::Runtime {
+    spindle::Runtime::builder()
+        .workers(workers)
+        .stall_warning(None)
+        .build()
+        .unwrap()
+}
+
+fn tokio_rt(workers: usize) -> tokio::runtime::Runtime {
+    if workers == 1 {
+        tokio::runtime::Builder::new_current_thread().build().unwrap()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .build()
+            .unwrap()
+    }
+}
+
+fn main() {
+    let mut a = std::env::args().skip(1);
+    let which = a.next().unwrap();
+    let bench = a.next().unwrap();
+    let n: u64 = a.next().unwrap().parse().unwrap();
+    let ns = match (which.as_str(), bench.as_str()) {
+        ("spindle", "pingpong1") => spindle_rt(1).block_on(move || {
+            let (tx1, rx1) = spindle::chan::bounded::<u64>(1);
+            let (tx2, rx2) = spindle::chan::bounded::<u64>(1);
+            let pong = spindle::spawn(move || {
+                for v in rx1.iter() {
+                    tx2.send(v).unwrap();
+                }
+            });
+            let start = Instant::now();
+            for i in 0..n {
+                tx1.send(i).unwrap();
+                rx2.recv().unwrap();
+            }
+            let t = start.elapsed();
+            drop(tx1);
+            pong.join().unwrap();
+            t.as_nanos() as f64 / n as f64
+        }),
+        ("spindle", "pingpong2") => {
+            // Two runtimes of one worker each: the two ends are certainly on
+            // different worker threads.
+            let (a, b) = (spindle_rt(1), spindle_rt(1));
+            let (tx1, rx1) = spindle::chan::bounded::<u64>(1);
+            let (tx2, rx2) = spindle::chan::bounded::<u64>(1);
+            let pong = b.spawn(move || {
+                for v in rx1.iter() {
+                    tx2.send(v).unwrap();
+                }
+            });
+            let ns = a.block_on(move || {
+                let start = Instant::now();
+                for i in 0..n {
+                    tx1.send(i).unwrap();
+                    rx2.recv().unwrap();
+                }
+                start.elapsed().as_nanos() as f64 / n as f64
+            });
+            pong.join().unwrap();
+            ns
+        }
+        ("tokio", "pingpong1" | "pingpong2") => {
+            let rt = tokio_rt(if bench == "pingpong1" { 1 } else { 2 });
+            rt.block_on(async move {
+                let (tx1, mut rx1) = tokio::sync::mpsc::channel::<u64>(1);
+                let (tx2, mut rx2) = tokio::sync::mpsc::channel::<u64>(1);
+                let pong = tokio::spawn(async move {
+                    while let Some(v) = rx1.recv().await {
+                        tx2.send(v).await.unwrap();
+                    }
+                });
+                let ping = tokio::spawn(async move {
+                    let start = Instant::now();
+                    for i in 0..n {
+                        tx1.send(i).await.unwrap();
+                        rx2.recv().await.unwrap();
+                    }
+                    start.elapsed()
+                });
+                let t = ping.await.unwrap();
+                pong.await.unwrap();
+                t.as_nanos() as f64 / n as f64
+            })
+        }
+        ("crossbeam", "pingpong2") => {
+            let (tx1, rx1) = crossbeam_channel::bounded::<u64>(1);
+            let (tx2, rx2) = crossbeam_channel::bounded::<u64>(1);
+            let pong = std::thread::spawn(move || {
+                for v in rx1.iter() {
+                    tx2.send(v).unwrap();
+                }
+            });
+            let start = Instant::now();
+            for i in 0..n {
+                tx1.send(i).unwrap();
+                rx2.recv().unwrap();
+            }
+            let t = start.elapsed();
+            drop(tx1);
+            pong.join().unwrap();
+            t.as_nanos() as f64 / n as f64
+        }
+        ("spindle", "mutex") => spindle_rt(1).block_on(move || {
+            let m = spindle::sync::Mutex::new(0u64);
+            let start = Instant::now();
+            for _ in 0..n {
+                *m.lock() += 1;
+            }
+            assert_eq!(*m.lock(), n);
+            start.elapsed().as_nanos() as f64 / n as f64
+        }),
+        ("parking_lot", "mutex") => {
+            let m = parking_lot::Mutex::new(0u64);
+            let start = Instant::now();
+            for _ in 0..n {
+                *m.lock() += 1;
+            }
+            assert_eq!(*m.lock(), n);
+            start.elapsed().as_nanos() as f64 / n as f64
+        }
+        ("tokio", "mutex") => tokio_rt(1).block_on(async move {
+            let m = tokio::sync::Mutex::new(0u64);
+            let start = Instant::now();
+            for _ in 0..n {
+                *m.lock().await += 1;
+            }
+            assert_eq!(*m.lock().await, n);
+            start.elapsed().as_nanos() as f64 / n as f64
+        }),
+        ("spindle", "contended") => spindle_rt(2).block_on(move || {
+            let m = Arc::new(spindle::sync::Mutex::new(0u64));
+            let start = Instant::now();
+            let hs: Vec<_> = (0..4)
+                .map(|_| {
+                    let m = m.clone();
+                    spindle::spawn(move || {
+                        for _ in 0..n / 4 {
+                            *m.lock() += 1;
+                        }
+                    })
+                })
+                .collect();
+            for h in hs {
+                h.join().unwrap();
+            }
+            start.elapsed().as_nanos() as f64 / (n / 4 * 4) as f64
+        }),
+        ("parking_lot", "contended") => {
+            let m = Arc::new(parking_lot::Mutex::new(0u64));
+            let start = Instant::now();
+            let hs: Vec<_> = (0..4)
+                .map(|_| {
+                    let m = m.clone();
+                    std::thread::spawn(move || {
+                        for _ in 0..n / 4 {
+                            *m.lock() += 1;
+                        }
+                    })
+                })
+                .collect();
+            for h in hs {
+                h.join().unwrap();
+            }
+            start.elapsed().as_nanos() as f64 / (n / 4 * 4) as f64
+        }
+        ("tokio", "contended") => tokio_rt(2).block_on(async move {
+            let m = Arc::new(tokio::sync::Mutex::new(0u64));
+            let start = Instant::now();
+            let hs: Vec<_> = (0..4)
+                .map(|_| {
+                    let m = m.clone();
+                    tokio::spawn(async move {
+                        for _ in 0..n / 4 {
+                            *m.lock().await += 1;
+                        }
+                    })
+                })
+                .collect();
+            for h in hs {
+                h.await.unwrap();
+            }
+            start.elapsed().as_nanos() as f64 / (n / 4 * 4) as f64
+        }),
+        (w, b) => panic!("no {b} for {w}"),
+    };
+    println!("RESULT {ns:.3} ns");
+}
