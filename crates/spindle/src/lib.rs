@@ -32,11 +32,20 @@
 //!
 //! | module | what lives there |
 //! |---|---|
-//! | `fiber` (private) | a fiber's allocation, its park token, the context switch, stacks and guard pages, the overflow report |
-//! | `sched` (private) | run queues and stamps, workers, stealing, sleeping, the one parking primitive |
-//! | [`runtime`] | [`Runtime`], [`RuntimeBuilder`], shutdown |
-//! | `builder` | [`Builder`]: named fibers, per-fiber stack sizes, `spawn_local` |
-//! | `stats` | [`Stats`] |
+//! | `fiber` (private) | a fiber's allocation, its park token and wait word, the context switch, stacks and guard pages, the overflow report |
+//! | `sched` (private) | run queues and stamps, workers, stealing, sleeping and spinning, the one parking primitive (waits, cancellation, deadlines), locks, scopes, the stall watchdog, dumps |
+//! | `poll` (private) | the netpoller: epoll, fd slots with banked edges, timer heaps, the background poller |
+//! | [`runtime`] | [`Runtime`], [`RuntimeBuilder`], two-phase shutdown |
+//! | [`net`] | TCP, UDP and Unix sockets that park the fiber |
+//! | [`io`] | waiting on any fd: `wait_readable`/`wait_writable`, readiness futures, `close` |
+//! | [`time`] | `sleep`, `sleep_until`, `timeout`, sleep futures |
+//! | [`sync`] | `Mutex`, `RwLock`, `Condvar`, `Semaphore`, `Barrier`, `WaitGroup`, `OnceCell`, `Pool` |
+//! | [`chan`] | channels (`bounded`, `unbounded`, `oneshot`) and [`select!`] |
+//! | [`blocking`], [`fs`] | the blocking pool, and files through it |
+//! | `future` | [`block_on`], [`can_suspend`] |
+//!
+//! Every wait in these modules is a cancellation point
+//! ([`JoinHandle::cancel`]) and honours an enclosing [`time::timeout`].
 //!
 //! # Decisions
 //!
