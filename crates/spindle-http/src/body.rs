@@ -1,0 +1,329 @@
+//! [`Body`]: request bodies streamed from the connection, response bodies
+//! whole or streamed.
+
+use std::io::{self, Read};
+use std::sync::{Arc, Mutex};
+
+use bytes::{Buf, Bytes, BytesMut};
+use spindle::net::TcpStream;
+
+/// An HTTP message body.
+///
+/// A request's body reads from the connection as the handler asks for it
+/// (`Read`), de-chunking if needed and enforcing the size limit. A
+/// response's body is whole (`From<String>`, `From<Vec<u8>>`, …: sent with
+/// `Content-Length`) or a reader (`Body::from_reader`: sent chunked).
+///
+/// ```
+/// use std::io::Read;
+/// let mut b = spindle_http::Body::from("hello");
+/// let mut s = String::new();
+/// b.read_to_string(&mut s).unwrap();
+/// assert_eq!(s, "hello");
+/// ```
+pub struct Body {
+    kind: Kind,
+}
+
+enum Kind {
+    Full(Bytes),
+    Reader(Box<dyn Read + Send>),
+    Incoming(Arc<Mutex<Incoming>>),
+}
+
+impl Body {
+    /// An empty body.
+    pub fn empty() -> Body {
+        Body {
+            kind: Kind::Full(Bytes::new()),
+        }
+    }
+
+    /// A body streamed from `reader`, sent with chunked encoding.
+    pub fn from_reader(reader: impl Read + Send + 'static) -> Body {
+        Body {
+            kind: Kind::Reader(Box::new(reader)),
+        }
+    }
+
+    pub(crate) fn incoming(i: Arc<Mutex<Incoming>>) -> Body {
+        Body {
+            kind: Kind::Incoming(i),
+        }
+    }
+
+    /// The whole body, if it is already in memory.
+    pub fn as_bytes(&self) -> Option<&[u8]> {
+        match &self.kind {
+            Kind::Full(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// Reads the rest of the body into a vector.
+    pub fn into_vec(mut self) -> io::Result<Vec<u8>> {
+        let mut v = Vec::new();
+        self.read_to_end(&mut v)?;
+        Ok(v)
+    }
+
+    pub(crate) fn into_kind(self) -> Result<Bytes, Box<dyn Read + Send>> {
+        match self.kind {
+            Kind::Full(b) => Ok(b),
+            Kind::Reader(r) => Err(r),
+            Kind::Incoming(i) => Err(Box::new(Body {
+                kind: Kind::Incoming(i),
+            })),
+        }
+    }
+}
+
+impl Read for Body {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match &mut self.kind {
+            Kind::Full(b) => {
+                let n = b.len().min(buf.len());
+                buf[..n].copy_from_slice(&b[..n]);
+                b.advance(n);
+                Ok(n)
+            }
+            Kind::Reader(r) => r.read(buf),
+            Kind::Incoming(i) => i.lock().unwrap_or_else(|e| e.into_inner()).read(buf),
+        }
+    }
+}
+
+impl Default for Body {
+    fn default() -> Self {
+        Body::empty()
+    }
+}
+
+impl std::fmt::Debug for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.kind {
+            Kind::Full(b) => write!(f, "Body({} bytes)", b.len()),
+            Kind::Reader(_) => f.write_str("Body(stream)"),
+            Kind::Incoming(_) => f.write_str("Body(incoming)"),
+        }
+    }
+}
+
+macro_rules! from_full {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Body {
+            fn from(v: $t) -> Body {
+                Body { kind: Kind::Full(Bytes::from(v)) }
+            }
+        }
+    )*};
+}
+from_full!(Vec<u8>, String, &'static str, &'static [u8], Bytes);
+
+/// How a request body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Framing {
+    None,
+    Length(u64),
+    Chunked,
+}
+
+#[derive(Debug)]
+enum ChunkState {
+    /// Expecting a size line.
+    Size,
+    /// Inside a chunk with this many bytes left.
+    Data(u64),
+    /// Expecting the CRLF after a chunk's data.
+    DataEnd,
+    /// After the last chunk: skipping trailers up to the empty line.
+    Trailers,
+    Done,
+}
+
+/// The body of the request being handled: bytes already read past the
+/// head, then the connection, delimited by its framing.
+pub(crate) struct Incoming {
+    pub(crate) conn: Arc<TcpStream>,
+    pub(crate) buf: BytesMut,
+    remaining: u64,
+    chunked: Option<ChunkState>,
+    limit: u64,
+    taken: u64,
+    /// `Expect: 100-continue`: send the interim response before the first
+    /// read of the body.
+    pub(crate) continue_pending: bool,
+    pub(crate) error: Option<io::ErrorKind>,
+}
+
+impl Incoming {
+    pub(crate) fn new(
+        conn: Arc<TcpStream>,
+        buf: BytesMut,
+        framing: Framing,
+        limit: u64,
+        expect_continue: bool,
+    ) -> Incoming {
+        let (remaining, chunked) = match framing {
+            Framing::None => (0, None),
+            Framing::Length(n) => (n, None),
+            Framing::Chunked => (0, Some(ChunkState::Size)),
+        };
+        Incoming {
+            conn,
+            buf,
+            remaining,
+            chunked,
+            limit,
+            taken: 0,
+            continue_pending: expect_continue && framing != Framing::None,
+            error: None,
+        }
+    }
+
+    /// Whether the body was read to its end.
+    pub(crate) fn is_done(&self) -> bool {
+        match &self.chunked {
+            None => self.remaining == 0,
+            Some(s) => matches!(s, ChunkState::Done),
+        }
+    }
+
+    fn fill(&mut self) -> io::Result<usize> {
+        if self.continue_pending {
+            self.continue_pending = false;
+            use std::io::Write;
+            (&*self.conn).write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
+        }
+        let mut tmp = [0u8; 16 * 1024];
+        let n = (&*self.conn).read(&mut tmp)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "connection closed inside a request body",
+            ));
+        }
+        self.buf.extend_from_slice(&tmp[..n]);
+        Ok(n)
+    }
+
+    fn count(&mut self, n: usize) -> io::Result<()> {
+        self.taken += n as u64;
+        if self.taken > self.limit {
+            self.error = Some(io::ErrorKind::FileTooLarge);
+            return Err(io::Error::new(
+                io::ErrorKind::FileTooLarge,
+                "request body larger than the server's limit",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Reads a CRLF-terminated line from the buffer (filling as needed).
+    fn line(&mut self) -> io::Result<BytesMut> {
+        loop {
+            if let Some(pos) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                let line = self.buf.split_to(pos);
+                self.buf.advance(2);
+                return Ok(line);
+            }
+            if self.buf.len() > 4096 {
+                return Err(bad("chunk line too long"));
+            }
+            self.fill()?;
+        }
+    }
+
+    fn read_chunked(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        loop {
+            match self.chunked.take().expect("chunked state") {
+                ChunkState::Size => {
+                    let line = self.line()?;
+                    let hex = line[..].split(|&b| b == b';').next().unwrap_or(&[]);
+                    let text = std::str::from_utf8(hex)
+                        .map_err(|_| bad("chunk size"))?
+                        .trim();
+                    let size = u64::from_str_radix(text, 16).map_err(|_| bad("chunk size"))?;
+                    self.chunked = Some(if size == 0 {
+                        ChunkState::Trailers
+                    } else {
+                        ChunkState::Data(size)
+                    });
+                }
+                ChunkState::Data(left) => {
+                    if self.buf.is_empty() {
+                        self.chunked = Some(ChunkState::Data(left));
+                        self.fill()?;
+                        continue;
+                    }
+                    let n = (left as usize).min(self.buf.len()).min(out.len());
+                    out[..n].copy_from_slice(&self.buf[..n]);
+                    self.buf.advance(n);
+                    self.count(n)?;
+                    self.chunked = Some(if left - n as u64 == 0 {
+                        ChunkState::DataEnd
+                    } else {
+                        ChunkState::Data(left - n as u64)
+                    });
+                    return Ok(n);
+                }
+                ChunkState::DataEnd => {
+                    let line = self.line()?;
+                    if !line.is_empty() {
+                        return Err(bad("missing CRLF after chunk data"));
+                    }
+                    self.chunked = Some(ChunkState::Size);
+                }
+                ChunkState::Trailers => {
+                    let line = self.line()?;
+                    self.chunked = Some(if line.is_empty() {
+                        ChunkState::Done
+                    } else {
+                        ChunkState::Trailers
+                    });
+                }
+                ChunkState::Done => {
+                    self.chunked = Some(ChunkState::Done);
+                    return Ok(0);
+                }
+            }
+        }
+    }
+}
+
+fn bad(what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("malformed chunked body: {what}"),
+    )
+}
+
+impl Read for Incoming {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if out.is_empty() {
+            return Ok(0);
+        }
+        let r = if self.chunked.is_some() {
+            self.read_chunked(out)
+        } else {
+            if self.remaining == 0 {
+                return Ok(0);
+            }
+            if self.buf.is_empty() {
+                if let Err(e) = self.fill() {
+                    self.error = Some(e.kind());
+                    return Err(e);
+                }
+            }
+            let n = (self.remaining as usize).min(self.buf.len()).min(out.len());
+            out[..n].copy_from_slice(&self.buf[..n]);
+            self.buf.advance(n);
+            self.remaining -= n as u64;
+            self.count(n).map(|_| n)
+        };
+        if let Err(e) = &r {
+            self.error.get_or_insert(e.kind());
+        }
+        r
+    }
+}

@@ -1,0 +1,73 @@
+//! [`ServerConfig`]: every limit and timeout, all on by default.
+
+use std::time::Duration;
+
+/// Limits and timeouts of a [`Server`](crate::Server).
+///
+/// ```
+/// let cfg = spindle_http::ServerConfig::default()
+///     .max_body_bytes(1 << 20)
+///     .header_read_timeout(std::time::Duration::from_secs(5));
+/// assert_eq!(cfg.max_head_bytes, 64 << 10);
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ServerConfig {
+    /// Request line plus headers (431 past it). Default 64 KiB.
+    pub max_head_bytes: usize,
+    /// Header count (431 past it). Default 100.
+    pub max_headers: usize,
+    /// Request body (413 past it). Default 16 MiB.
+    pub max_body_bytes: u64,
+    /// From a request's first byte to its last header byte; a slower peer
+    /// (slowloris) is closed. Default 10 s.
+    pub header_read_timeout: Duration,
+    /// How long an idle keep-alive connection waits for its next request.
+    /// Default 60 s.
+    pub keep_alive_timeout: Duration,
+    /// Per read while receiving a body. Default 30 s.
+    pub body_read_timeout: Duration,
+    /// Per write while sending a response. Default 30 s.
+    pub write_timeout: Duration,
+    /// Open connections; past it a new connection gets 503 and is closed.
+    /// Default 10 000.
+    pub max_connections: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            max_head_bytes: 64 << 10,
+            max_headers: 100,
+            max_body_bytes: 16 << 20,
+            header_read_timeout: Duration::from_secs(10),
+            keep_alive_timeout: Duration::from_secs(60),
+            body_read_timeout: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(30),
+            max_connections: 10_000,
+        }
+    }
+}
+
+macro_rules! setter {
+    ($($name:ident: $t:ty),*) => {$(
+        #[doc = concat!("Sets `", stringify!($name), "`.")]
+        pub fn $name(mut self, v: $t) -> Self {
+            self.$name = v;
+            self
+        }
+    )*};
+}
+
+impl ServerConfig {
+    setter!(
+        max_head_bytes: usize,
+        max_headers: usize,
+        max_body_bytes: u64,
+        header_read_timeout: Duration,
+        keep_alive_timeout: Duration,
+        body_read_timeout: Duration,
+        write_timeout: Duration,
+        max_connections: usize
+    );
+}

@@ -1,0 +1,38 @@
+//! spindle-http: an HTTP/1.1 server on Spindle fibers.
+//!
+//! A handler is an ordinary function `Fn(Request<Body>) -> Response<Body>`
+//! run on the connection's own fiber: it may read the request body, sleep,
+//! lock, call other servers — in blocking style, without `async`. Request
+//! and response types are the `http` crate's.
+//!
+//! ```no_run
+//! use std::io::Read;
+//! use spindle_http::{Body, Request, Response, Server};
+//!
+//! fn handle(req: Request<Body>) -> Response<Body> {
+//!     let mut body = String::new();
+//!     req.into_body().read_to_string(&mut body).unwrap();
+//!     Response::new(Body::from(format!("you sent {} bytes", body.len())))
+//! }
+//!
+//! spindle::run(|| Server::bind("127.0.0.1:8080").unwrap().serve(handle).unwrap());
+//! ```
+//!
+//! | module | what |
+//! |---|---|
+//! | `server` | the accept loop, a connection's request loop, parsing, responses |
+//! | `body` | [`Body`]: streamed request bodies (length or chunked), whole or streamed responses |
+//! | `config` | [`ServerConfig`]: limits and timeouts |
+//! | `date` | the cached `Date` header |
+//!
+//! Status: the server. The client, TLS and graceful drain are next (issue 5).
+
+mod body;
+mod config;
+mod date;
+mod server;
+
+pub use body::Body;
+pub use config::ServerConfig;
+pub use http::{self, Request, Response, StatusCode};
+pub use server::Server;

@@ -1,0 +1,462 @@
+//! [`Server`]: an accept loop and one fiber per connection.
+//!
+//! # A connection's life
+//!
+//! ```text
+//! idle (keep_alive_timeout) → head (header_read_timeout) → handler → response → idle …
+//! ```
+//!
+//! The head is read into one buffer and parsed with `httparse` into a
+//! stack array of headers; header values are slices of the frozen head
+//! (`Bytes`), so no header costs an allocation. Bytes past the head stay in
+//! the buffer: a pipelined next request is answered after this one, in
+//! order. The body is read only as the handler reads it; whatever it leaves
+//! unread is drained before the next request (or the connection is closed
+//! if that is too much).
+//!
+//! # Bad input
+//!
+//! A malformed request line or header is a 400, a head past the limit a
+//! 431, a body past it a 413, an HTTP version other than 1.0/1.1 a 505, and
+//! a request with both `Content-Length` and `Transfer-Encoding`, several
+//! differing `Content-Length`s, or a transfer coding other than `chunked`
+//! a 400 (no request smuggling). The connection is closed after an error
+//! response; every other connection goes on. A handler that panics gets
+//! its client a 500 and its connection closed.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http::header::{self, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use spindle::net::{TcpListener, TcpStream};
+
+use crate::body::{Body, Framing, Incoming};
+use crate::config::ServerConfig;
+
+/// An HTTP/1.1 server whose handlers are ordinary functions run on the
+/// connection's fiber: they may read the body, sleep, call other servers.
+///
+/// ```no_run
+/// use spindle_http::{Body, Response, Server};
+/// spindle::run(|| {
+///     let server = Server::bind("127.0.0.1:8080").unwrap();
+///     server.serve(|_req| Response::new(Body::from("Hello, World!"))).unwrap();
+/// });
+/// ```
+pub struct Server {
+    listener: TcpListener,
+    config: ServerConfig,
+}
+
+impl Server {
+    /// Binds a listener on `addr`.
+    pub fn bind<A: ToSocketAddrs + Sync>(addr: A) -> io::Result<Server> {
+        Ok(Server::from_listener(TcpListener::bind(addr)?))
+    }
+
+    /// Serves on an existing listener.
+    pub fn from_listener(listener: TcpListener) -> Server {
+        Server {
+            listener,
+            config: ServerConfig::default(),
+        }
+    }
+
+    /// Replaces the limits and timeouts.
+    pub fn config(mut self, config: ServerConfig) -> Server {
+        self.config = config;
+        self
+    }
+
+    /// The address the server listens on.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Accepts connections forever, one fiber each, calling `handler` for
+    /// every request. Must run on a Spindle fiber.
+    pub fn serve<H>(self, handler: H) -> io::Result<()>
+    where
+        H: Fn(Request<Body>) -> Response<Body> + Send + Sync + 'static,
+    {
+        let handler = Arc::new(handler);
+        let config = Arc::new(self.config);
+        let open = Arc::new(AtomicUsize::new(0));
+        loop {
+            let (conn, _) = match self.listener.accept() {
+                Ok(c) => c,
+                Err(e) if spindle::is_cancelled(&e) => return Err(e),
+                Err(e) => {
+                    // EMFILE and friends: back off a moment and go on.
+                    if e.raw_os_error() == Some(24) || e.raw_os_error() == Some(23) {
+                        spindle::time::sleep(Duration::from_millis(5));
+                    }
+                    continue;
+                }
+            };
+            if open.load(Ordering::Relaxed) >= config.max_connections {
+                // Admission control: answer and close rather than queue.
+                let _ = conn.set_write_timeout(Some(Duration::from_secs(1)));
+                let _ = (&conn).write_all(
+                    b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                );
+                continue;
+            }
+            open.fetch_add(1, Ordering::Relaxed);
+            let (handler, config, open) = (handler.clone(), config.clone(), open.clone());
+            let spawned = spindle::Builder::new().name("http-conn").spawn(move || {
+                serve_connection(conn, &config, &*handler);
+                open.fetch_sub(1, Ordering::Relaxed);
+            });
+            if spawned.is_err() {
+                // No stack for a fiber: this connection is refused, the
+                // server goes on.
+                continue;
+            }
+        }
+    }
+}
+
+/// What went wrong with a request, as the status to answer.
+fn error_response(status: StatusCode) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 {} {}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or("")
+    )
+    .into_bytes()
+}
+
+enum Head {
+    Request(Box<Request<Body>>, Framing, bool, Arc<Mutex<Incoming>>),
+    Closed,
+    Error(StatusCode),
+}
+
+fn serve_connection(
+    conn: TcpStream,
+    config: &ServerConfig,
+    handler: &(dyn Fn(Request<Body>) -> Response<Body> + Send + Sync),
+) {
+    let _ = conn.set_nodelay(true);
+    let _ = conn.set_write_timeout(Some(config.write_timeout));
+    let conn = Arc::new(conn);
+    let mut buf = BytesMut::with_capacity(8 * 1024);
+    loop {
+        let head = read_head(&conn, &mut buf, config);
+        let (req, _framing, keep_alive, incoming) = match head {
+            Head::Request(r, f, k, i) => (r, f, k, i),
+            Head::Closed => return,
+            Head::Error(status) => {
+                let _ = (&*conn).write_all(&error_response(status));
+                return;
+            }
+        };
+        let is_head = req.method() == Method::HEAD;
+        let version = req.version();
+        let result = panic::catch_unwind(AssertUnwindSafe(|| handler(*req)));
+        let response = match result {
+            Ok(r) => r,
+            Err(p) if p.is::<spindle::Cancelled>() => panic::resume_unwind(p),
+            Err(_) => {
+                let _ = (&*conn).write_all(&error_response(StatusCode::INTERNAL_SERVER_ERROR));
+                return;
+            }
+        };
+        // Finish the request body: drain what the handler left, or close.
+        let mut inc = incoming.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(kind) = inc.error {
+            let status = if kind == io::ErrorKind::FileTooLarge {
+                StatusCode::PAYLOAD_TOO_LARGE
+            } else {
+                StatusCode::BAD_REQUEST
+            };
+            let _ = (&*conn).write_all(&error_response(status));
+            return;
+        }
+        let mut keep = keep_alive;
+        if !inc.is_done() {
+            if inc.continue_pending {
+                // The client waits for 100 before sending: never sent, so
+                // no body will come; the connection cannot be reused.
+                keep = false;
+            } else {
+                let _ = inc.conn.set_read_timeout(Some(config.body_read_timeout));
+                let mut sink = [0u8; 8192];
+                let mut drained = 0u64;
+                loop {
+                    match inc.read(&mut sink) {
+                        Ok(0) => break,
+                        Ok(n) => {
+                            drained += n as u64;
+                            if drained > 1 << 20 {
+                                keep = false;
+                                break;
+                            }
+                        }
+                        Err(_) => {
+                            keep = false;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        buf = std::mem::take(&mut inc.buf);
+        drop(inc);
+        if write_response(&conn, response, version, is_head, keep).is_err() || !keep {
+            return;
+        }
+    }
+}
+
+/// Reads and parses one request head. Waits `keep_alive_timeout` for its
+/// first byte, then `header_read_timeout` for the rest.
+fn read_head(conn: &Arc<TcpStream>, buf: &mut BytesMut, config: &ServerConfig) -> Head {
+    let mut started = !buf.is_empty();
+    let mut deadline = None;
+    loop {
+        if !buf.is_empty() {
+            match parse(conn, buf, config) {
+                Ok(Some(h)) => return h,
+                Ok(None) => {}
+                Err(status) => return Head::Error(status),
+            }
+            if buf.len() > config.max_head_bytes {
+                return Head::Error(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+            }
+        }
+        let timeout = if started {
+            let d = *deadline
+                .get_or_insert_with(|| std::time::Instant::now() + config.header_read_timeout);
+            match d.checked_duration_since(std::time::Instant::now()) {
+                Some(left) if !left.is_zero() => left,
+                _ => return Head::Closed, // slowloris: close without a word
+            }
+        } else {
+            config.keep_alive_timeout
+        };
+        let _ = conn.set_read_timeout(Some(timeout));
+        let mut tmp = [0u8; 8192];
+        match (&**conn).read(&mut tmp) {
+            Ok(0) | Err(_) => return Head::Closed,
+            Ok(n) => {
+                buf.extend_from_slice(&tmp[..n]);
+                if !started {
+                    started = true;
+                }
+            }
+        }
+    }
+}
+
+/// Parses a complete head from `buf` (consuming it), or `None` if more
+/// bytes are needed.
+fn parse(
+    conn: &Arc<TcpStream>,
+    buf: &mut BytesMut,
+    config: &ServerConfig,
+) -> Result<Option<Head>, StatusCode> {
+    let mut headers = vec![httparse::EMPTY_HEADER; config.max_headers];
+    let mut req = httparse::Request::new(&mut headers);
+    let n = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) if n > config.max_head_bytes => {
+            return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
+        }
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
+        }
+        Err(httparse::Error::Version) => return Err(StatusCode::HTTP_VERSION_NOT_SUPPORTED),
+        Err(_) => return Err(StatusCode::BAD_REQUEST),
+    };
+    let version = match req.version {
+        Some(0) => Version::HTTP_10,
+        Some(1) => Version::HTTP_11,
+        _ => return Err(StatusCode::HTTP_VERSION_NOT_SUPPORTED),
+    };
+    let method = Method::from_bytes(req.method.unwrap_or("").as_bytes())
+        .map_err(|_| StatusCode::BAD_REQUEST)?;
+    // Offsets into the head, so values can be zero-copy slices of it.
+    let base = buf.as_ptr() as usize;
+    let path = req.path.unwrap_or("/");
+    let path_range = (path.as_ptr() as usize - base, path.len());
+    let mut spans = Vec::with_capacity(req.headers.len());
+    let mut names = Vec::with_capacity(req.headers.len());
+    for h in req.headers.iter() {
+        spans.push((h.value.as_ptr() as usize - base, h.value.len()));
+        names.push(HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| StatusCode::BAD_REQUEST)?);
+    }
+    let head: Bytes = buf.split_to(n).freeze();
+    let uri = Uri::from_maybe_shared(head.slice(path_range.0..path_range.0 + path_range.1))
+        .map_err(|_| StatusCode::BAD_REQUEST)?;
+    let mut builder = Request::builder().method(method).uri(uri).version(version);
+    let mut content_length: Option<u64> = None;
+    let mut chunked = false;
+    let mut transfer_encoding = false;
+    let mut close = version == Version::HTTP_10;
+    let mut expect_continue = false;
+    let map = builder.headers_mut().expect("fresh builder");
+    map.reserve(names.len());
+    for (name, (off, len)) in names.into_iter().zip(spans) {
+        let value = HeaderValue::from_maybe_shared(head.slice(off..off + len))
+            .map_err(|_| StatusCode::BAD_REQUEST)?;
+        if name == header::CONTENT_LENGTH {
+            let v: u64 = std::str::from_utf8(value.as_bytes())
+                .ok()
+                .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|s| s.parse().ok())
+                .ok_or(StatusCode::BAD_REQUEST)?;
+            if content_length.is_some_and(|old| old != v) {
+                return Err(StatusCode::BAD_REQUEST);
+            }
+            content_length = Some(v);
+        } else if name == header::TRANSFER_ENCODING {
+            transfer_encoding = true;
+            let v = value
+                .to_str()
+                .map_err(|_| StatusCode::BAD_REQUEST)?
+                .trim()
+                .to_ascii_lowercase();
+            if v != "chunked" || chunked {
+                return Err(StatusCode::BAD_REQUEST);
+            }
+            chunked = true;
+        } else if name == header::CONNECTION {
+            let v = value.as_bytes();
+            if v.eq_ignore_ascii_case(b"close") {
+                close = true;
+            } else if v.eq_ignore_ascii_case(b"keep-alive") {
+                close = false;
+            }
+        } else if name == header::EXPECT && value.as_bytes().eq_ignore_ascii_case(b"100-continue") {
+            expect_continue = version == Version::HTTP_11;
+        }
+        map.append(name, value);
+    }
+    if transfer_encoding && content_length.is_some() {
+        return Err(StatusCode::BAD_REQUEST); // request smuggling
+    }
+    let framing = if chunked {
+        Framing::Chunked
+    } else {
+        match content_length {
+            Some(0) | None => Framing::None,
+            Some(n) if n > config.max_body_bytes => return Err(StatusCode::PAYLOAD_TOO_LARGE),
+            Some(n) => Framing::Length(n),
+        }
+    };
+    let rest = std::mem::take(buf);
+    let incoming = Arc::new(Mutex::new(Incoming::new(
+        conn.clone(),
+        rest,
+        framing,
+        config.max_body_bytes,
+        expect_continue,
+    )));
+    if framing != Framing::None {
+        let _ = conn.set_read_timeout(Some(config.body_read_timeout));
+    }
+    let req = builder
+        .body(Body::incoming(incoming.clone()))
+        .map_err(|_| StatusCode::BAD_REQUEST)?;
+    Ok(Some(Head::Request(
+        Box::new(req),
+        framing,
+        !close,
+        incoming,
+    )))
+}
+
+fn write_response(
+    conn: &TcpStream,
+    response: Response<Body>,
+    version: Version,
+    is_head: bool,
+    keep_alive: bool,
+) -> io::Result<()> {
+    let (parts, body) = response.into_parts();
+    let mut out = Vec::with_capacity(256);
+    let status = parts.status;
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in parts.headers.iter() {
+        if name == header::CONTENT_LENGTH
+            || name == header::TRANSFER_ENCODING
+            || name == header::CONNECTION
+        {
+            continue; // framing is ours to decide
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if !parts.headers.contains_key(header::DATE) {
+        out.extend_from_slice(b"date: ");
+        out.extend_from_slice(crate::date::now().as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if !keep_alive {
+        out.extend_from_slice(b"connection: close\r\n");
+    } else if version == Version::HTTP_10 {
+        out.extend_from_slice(b"connection: keep-alive\r\n");
+    }
+    let no_body = is_head
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED;
+    match body.into_kind() {
+        Ok(full) => {
+            out.extend_from_slice(b"content-length: ");
+            out.extend_from_slice(full.len().to_string().as_bytes());
+            out.extend_from_slice(b"\r\n\r\n");
+            if !no_body {
+                out.extend_from_slice(&full);
+            }
+            let mut c = conn;
+            c.write_all(&out)
+        }
+        Err(mut reader) => {
+            if version == Version::HTTP_10 {
+                // No chunked encoding in 1.0: stream and close.
+                out.extend_from_slice(b"\r\n");
+                let mut c = conn;
+                c.write_all(&out)?;
+                if !no_body {
+                    io::copy(&mut reader, &mut c)?;
+                }
+                return Err(io::Error::other("HTTP/1.0 stream ends with the connection"));
+            }
+            out.extend_from_slice(b"transfer-encoding: chunked\r\n\r\n");
+            let mut c = conn;
+            c.write_all(&out)?;
+            if no_body {
+                return Ok(());
+            }
+            let mut chunk = vec![0u8; 16 * 1024];
+            loop {
+                let n = reader.read(&mut chunk)?;
+                if n == 0 {
+                    break;
+                }
+                let mut frame = Vec::with_capacity(n + 16);
+                frame.extend_from_slice(format!("{n:x}\r\n").as_bytes());
+                frame.extend_from_slice(&chunk[..n]);
+                frame.extend_from_slice(b"\r\n");
+                c.write_all(&frame)?;
+            }
+            c.write_all(b"0\r\n\r\n")
+        }
+    }
+}

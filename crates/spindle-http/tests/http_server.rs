@@ -1,0 +1,291 @@
+//! The HTTP/1.1 server against real peers: curl, Python's http.client, and
+//! raw sockets for malformed and smuggling requests.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use spindle::Runtime;
+use spindle_http::{Body, Request, Response, Server, ServerConfig};
+
+/// Echoes method, path and body length; `/panic` panics; `/stream` streams.
+fn handler(req: Request<Body>) -> Response<Body> {
+    let path = req.uri().path().to_string();
+    let method = req.method().to_string();
+    if path == "/panic" {
+        panic!("handler boom");
+    }
+    if path == "/stream" {
+        let data: Vec<u8> = (0..100_000u32)
+            .flat_map(|i| (i as u8).to_le_bytes())
+            .collect();
+        return Response::new(Body::from_reader(std::io::Cursor::new(data)));
+    }
+    if path == "/sleep" {
+        spindle::time::sleep(Duration::from_millis(50));
+    }
+    let mut body = Vec::new();
+    let read = req.into_body().read_to_end(&mut body);
+    let text = match read {
+        Ok(_) => format!("{method} {path} {}", body.len()),
+        Err(e) => format!("{method} {path} error {e}"),
+    };
+    Response::new(Body::from(text))
+}
+
+fn start(rt: &Runtime, config: ServerConfig) -> SocketAddr {
+    rt.block_on(move || {
+        let server = Server::bind("127.0.0.1:0").unwrap().config(config);
+        let addr = server.local_addr().unwrap();
+        spindle::spawn(move || server.serve(handler));
+        addr
+    })
+}
+
+fn raw(addr: SocketAddr, request: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(request).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn status_of(response: &str) -> u16 {
+    response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {response:?}"))
+}
+
+fn python(script: &str) -> String {
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "python failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn curl_get_head_post_and_chunked_download() {
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let addr = start(&rt, ServerConfig::default());
+    let url = format!("http://{addr}");
+    let out = Command::new("curl")
+        .args(["-s", "-i", &format!("{url}/hello")])
+        .output()
+        .expect("curl runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
+    assert!(text.to_ascii_lowercase().contains("\ndate: "), "{text}");
+    assert!(text.ends_with("GET /hello 0"), "{text}");
+    let head = Command::new("curl")
+        .args(["-s", "-I", &url])
+        .output()
+        .unwrap();
+    let head = String::from_utf8_lossy(&head.stdout);
+    assert!(
+        head.contains("content-length: 8"),
+        "HEAD keeps the length of \"HEAD / 0\": {head}"
+    );
+    // A body big enough that curl sends `Expect: 100-continue`.
+    let big = std::env::temp_dir().join(format!("spindle-http-big-{}", std::process::id()));
+    std::fs::write(&big, "x".repeat(200_000)).unwrap();
+    let big = format!("@{}", big.display());
+    let post = Command::new("curl")
+        .args(["-s", "--data-binary", &big, &format!("{url}/up")])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&post.stdout), "POST /up 200000");
+    let chunked = Command::new("curl")
+        .args([
+            "-s",
+            "-H",
+            "Transfer-Encoding: chunked",
+            "--data-binary",
+            &big,
+            &format!("{url}/c"),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&chunked.stdout), "POST /c 200000");
+    let _ = std::fs::remove_file(big.trim_start_matches('@'));
+    let stream = Command::new("curl")
+        .args(["-s", "-o", "-", &format!("{url}/stream")])
+        .output()
+        .unwrap();
+    let want: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
+    assert_eq!(stream.stdout, want, "chunked download, de-chunked by curl");
+}
+
+#[test]
+fn python_keep_alive_chunked_upload_and_http10() {
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let addr = start(&rt, ServerConfig::default());
+    let out = python(&format!(
+        r#"
+import http.client
+c = http.client.HTTPConnection("{ip}", {port}, timeout=5)
+for i in range(3):
+    c.request("GET", "/k%d" % i)
+    r = c.getresponse()
+    print(r.status, r.read().decode())
+c.request("POST", "/p", body=b"a" * 5000)
+print(c.getresponse().read().decode())
+c.request("POST", "/ch", body=iter([b"abc", b"defg"]), encode_chunked=True)
+print(c.getresponse().read().decode())
+c.close()
+"#,
+        ip = addr.ip(),
+        port = addr.port()
+    ));
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        vec![
+            "200 GET /k0 0",
+            "200 GET /k1 0",
+            "200 GET /k2 0",
+            "POST /p 5000",
+            "POST /ch 7"
+        ]
+    );
+    // HTTP/1.0: answered, then closed.
+    let r = raw(addr, b"GET /old HTTP/1.0\r\n\r\n");
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    assert!(r.contains("connection: close"), "{r}");
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let addr = start(&rt, ServerConfig::default());
+    let r = raw(
+        addr,
+        b"GET /sleep HTTP/1.1\r\nHost: a\r\n\r\nPOST /two HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nxyzGET /three HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    let a = r.find("GET /sleep 0").expect("first");
+    let b = r.find("POST /two 3").expect("second");
+    let c = r.find("GET /three 0").expect("third");
+    assert!(a < b && b < c, "{r}");
+}
+
+#[test]
+fn malformed_and_smuggling_requests_get_the_right_status_while_others_are_served() {
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let addr = start(&rt, ServerConfig::default());
+    // A keep-alive client keeps working throughout.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    let healthy = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut n = 0;
+        while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+            s.write_all(b"GET /ok HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+            let mut got = Vec::new();
+            while !String::from_utf8_lossy(&got).ends_with("GET /ok 0") {
+                let mut buf = [0u8; 512];
+                let k = s.read(&mut buf).unwrap();
+                assert!(k > 0, "the healthy connection was closed");
+                got.extend_from_slice(&buf[..k]);
+            }
+            n += 1;
+        }
+        n
+    });
+    let big_header = format!("GET / HTTP/1.1\r\nX-Big: {}\r\n\r\n", "a".repeat(70 << 10));
+    let many_headers: String = (0..150).map(|i| format!("X-H{i}: v\r\n")).collect();
+    let many = format!("GET / HTTP/1.1\r\n{many_headers}\r\n");
+    let corpus: Vec<(&str, Vec<u8>, u16)> = vec![
+        ("garbage", b"GARBAGE\r\n\r\n".to_vec(), 400),
+        ("bad method char", b"G(T / HTTP/1.1\r\n\r\n".to_vec(), 400),
+        ("bad header name", b"GET / HTTP/1.1\r\nBad Name: x\r\n\r\n".to_vec(), 400),
+        ("http/2.0", b"GET / HTTP/2.0\r\n\r\n".to_vec(), 505),
+        ("cl + te", b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n".to_vec(), 400),
+        ("two different cl", b"POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd".to_vec(), 400),
+        ("non-numeric cl", b"POST / HTTP/1.1\r\nContent-Length: abc\r\n\r\n".to_vec(), 400),
+        ("signed cl", b"POST / HTTP/1.1\r\nContent-Length: +3\r\n\r\nabc".to_vec(), 400),
+        ("te gzip", b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n".to_vec(), 400),
+        ("te chunked twice", b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n".to_vec(), 400),
+        ("bad chunk size", b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n".to_vec(), 400),
+        ("huge head", big_header.into_bytes(), 431),
+        ("too many headers", many.into_bytes(), 431),
+        ("body too large", b"POST / HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n".to_vec(), 413),
+    ];
+    for (what, request, want) in corpus {
+        let r = raw(addr, &request);
+        assert_eq!(status_of(&r), want, "{what}: {r:?}");
+        assert!(
+            r.contains("connection: close"),
+            "{what}: closed after an error"
+        );
+    }
+    // A panicking handler: 500 for that request, the server goes on.
+    let r = raw(addr, b"GET /panic HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(status_of(&r), 500);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(healthy.join().unwrap() > 0);
+}
+
+#[test]
+fn a_slowloris_peer_is_closed_at_the_header_timeout() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let addr = start(
+        &rt,
+        ServerConfig::default().header_read_timeout(Duration::from_millis(300)),
+    );
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let start = Instant::now();
+    s.write_all(b"GET / HTTP/1.1\r\nX-Slow: ").unwrap();
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_millis(100));
+        if s.write_all(b"a").is_err() {
+            break;
+        }
+    }
+    let mut buf = [0u8; 64];
+    let n = s.read(&mut buf).unwrap_or(0);
+    assert_eq!(n, 0, "closed without an answer");
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn five_thousand_concurrent_keep_alive_connections() {
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let addr = start(&rt, ServerConfig::default());
+    let mut conns: Vec<TcpStream> = (0..5000)
+        .map(|_| {
+            let s = TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            s
+        })
+        .collect();
+    for round in 0..2 {
+        for s in conns.iter_mut() {
+            s.write_all(format!("GET /r{round} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes())
+                .unwrap();
+        }
+        for s in conns.iter_mut() {
+            let want = format!("GET /r{round} 0");
+            let mut got = Vec::new();
+            while !String::from_utf8_lossy(&got).ends_with(&want) {
+                let mut buf = [0u8; 512];
+                let n = s.read(&mut buf).unwrap();
+                assert!(n > 0, "closed early");
+                got.extend_from_slice(&buf[..n]);
+            }
+        }
+    }
+}
