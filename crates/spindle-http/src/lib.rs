@@ -25,7 +25,7 @@
 //! | `config` | [`ServerConfig`]: limits and timeouts |
 //! | `date` | the cached `Date` header |
 //!
-//! Status: the server. The client, TLS and graceful drain are next (issue 5).
+//! Status: the server and its graceful drain. The client and TLS are next (issue 5).
 
 mod body;
 mod config;
@@ -35,4 +35,4 @@ mod server;
 pub use body::Body;
 pub use config::ServerConfig;
 pub use http::{self, Request, Response, StatusCode};
-pub use server::Server;
+pub use server::{Server, ServerHandle};

@@ -52,6 +52,91 @@ use crate::config::ServerConfig;
 pub struct Server {
     listener: TcpListener,
     config: ServerConfig,
+    state: Arc<ServerState>,
+}
+
+/// What a [`ServerHandle`] sees of a running server.
+#[derive(Default)]
+struct ServerState {
+    draining: std::sync::atomic::AtomicBool,
+    accept_fiber: Mutex<Option<spindle::Fiber>>,
+    /// Open connections: their fiber and whether they sit idle between
+    /// requests.
+    conns:
+        Mutex<std::collections::HashMap<u64, (spindle::Fiber, Arc<std::sync::atomic::AtomicBool>)>>,
+}
+
+/// Controls a running [`Server`] from another fiber or thread.
+#[derive(Clone)]
+pub struct ServerHandle {
+    state: Arc<ServerState>,
+}
+
+impl ServerHandle {
+    /// Graceful stop: stops accepting, closes idle keep-alive connections
+    /// at once, lets requests in flight finish (their connections close
+    /// after the response) until `deadline`, then cancels what is left.
+    /// Returns how many connections had to be cancelled.
+    pub fn drain(&self, deadline: std::time::Instant) -> usize {
+        self.state.draining.store(true, Ordering::SeqCst);
+        if let Some(f) = self
+            .state
+            .accept_fiber
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            f.cancel();
+        }
+        for (fiber, idle) in self
+            .state
+            .conns
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+        {
+            if idle.load(Ordering::SeqCst) {
+                fiber.cancel();
+            }
+        }
+        loop {
+            let left = self
+                .state
+                .conns
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .len();
+            if left == 0 {
+                return 0;
+            }
+            if std::time::Instant::now() >= deadline {
+                let cancelled = {
+                    let conns = self.state.conns.lock().unwrap_or_else(|e| e.into_inner());
+                    for (fiber, _) in conns.values() {
+                        fiber.cancel();
+                    }
+                    conns.len()
+                };
+                // Cancelled waits fail at once; give the fibers a moment to
+                // run their failure paths and leave.
+                let grace = std::time::Instant::now() + Duration::from_secs(1);
+                while self.connections() > 0 && std::time::Instant::now() < grace {
+                    spindle::time::sleep(Duration::from_millis(2));
+                }
+                return cancelled;
+            }
+            spindle::time::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Open connections right now.
+    pub fn connections(&self) -> usize {
+        self.state
+            .conns
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
 }
 
 impl Server {
@@ -65,6 +150,14 @@ impl Server {
         Server {
             listener,
             config: ServerConfig::default(),
+            state: Arc::new(ServerState::default()),
+        }
+    }
+
+    /// A handle to drain the server once it serves.
+    pub fn handle(&self) -> ServerHandle {
+        ServerHandle {
+            state: self.state.clone(),
         }
     }
 
@@ -88,9 +181,15 @@ impl Server {
         let handler = Arc::new(handler);
         let config = Arc::new(self.config);
         let open = Arc::new(AtomicUsize::new(0));
+        let state = self.state.clone();
+        *state.accept_fiber.lock().unwrap_or_else(|e| e.into_inner()) = spindle::current();
         loop {
+            if state.draining.load(Ordering::SeqCst) {
+                return Ok(());
+            }
             let (conn, _) = match self.listener.accept() {
                 Ok(c) => c,
+                Err(_) if state.draining.load(Ordering::SeqCst) => return Ok(()),
                 Err(e) if spindle::is_cancelled(&e) => return Err(e),
                 Err(e) => {
                     // EMFILE and friends: back off a moment and go on.
@@ -109,15 +208,43 @@ impl Server {
                 continue;
             }
             open.fetch_add(1, Ordering::Relaxed);
-            let (handler, config, open) = (handler.clone(), config.clone(), open.clone());
+            let (handler, config, open2, st) =
+                (handler.clone(), config.clone(), open.clone(), state.clone());
+            let idle = Arc::new(std::sync::atomic::AtomicBool::new(true));
+            let idle2 = idle.clone();
+            // The connection is registered (for `drain`) before it runs.
+            let (registered_tx, registered_rx) = spindle::chan::oneshot::<()>();
             let spawned = spindle::Builder::new().name("http-conn").spawn(move || {
-                serve_connection(conn, &config, &*handler);
-                open.fetch_sub(1, Ordering::Relaxed);
+                let _ = registered_rx.recv();
+                // Unregisters however the connection ends — a cancel
+                // unwinds the fiber.
+                struct Unregister(Arc<ServerState>, Arc<AtomicUsize>, u64);
+                impl Drop for Unregister {
+                    fn drop(&mut self) {
+                        let mut conns = self.0.conns.lock().unwrap_or_else(|e| e.into_inner());
+                        conns.remove(&self.2);
+                        self.1.fetch_sub(1, Ordering::Relaxed);
+                    }
+                }
+                let id = spindle::current().map(|f| f.id()).unwrap_or(0);
+                let _unregister = Unregister(st.clone(), open2, id);
+                serve_connection(conn, &config, &*handler, &idle2, &st.draining);
             });
-            if spawned.is_err() {
-                // No stack for a fiber: this connection is refused, the
-                // server goes on.
-                continue;
+            match spawned {
+                Ok(h) => {
+                    let f = h.fiber().clone();
+                    state
+                        .conns
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(f.id(), (f, idle));
+                    let _ = registered_tx.send(());
+                }
+                Err(_) => {
+                    // No stack for a fiber: this connection is refused, the
+                    // server goes on.
+                    open.fetch_sub(1, Ordering::Relaxed);
+                }
             }
         }
     }
@@ -143,13 +270,20 @@ fn serve_connection(
     conn: TcpStream,
     config: &ServerConfig,
     handler: &(dyn Fn(Request<Body>) -> Response<Body> + Send + Sync),
+    idle: &std::sync::atomic::AtomicBool,
+    draining: &std::sync::atomic::AtomicBool,
 ) {
     let _ = conn.set_nodelay(true);
     let _ = conn.set_write_timeout(Some(config.write_timeout));
     let conn = Arc::new(conn);
     let mut buf = BytesMut::with_capacity(8 * 1024);
     loop {
+        idle.store(buf.is_empty(), Ordering::SeqCst);
+        if draining.load(Ordering::SeqCst) && buf.is_empty() {
+            return; // draining: no new request on an idle connection
+        }
         let head = read_head(&conn, &mut buf, config);
+        idle.store(false, Ordering::SeqCst);
         let (req, _framing, keep_alive, incoming) = match head {
             Head::Request(r, f, k, i) => (r, f, k, i),
             Head::Closed => return,
@@ -210,6 +344,7 @@ fn serve_connection(
         }
         buf = std::mem::take(&mut inc.buf);
         drop(inc);
+        let keep = keep && !draining.load(Ordering::SeqCst);
         if write_response(&conn, response, version, is_head, keep).is_err() || !keep {
             return;
         }

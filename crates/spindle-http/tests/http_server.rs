@@ -25,6 +25,12 @@ fn handler(req: Request<Body>) -> Response<Body> {
     if path == "/sleep" {
         spindle::time::sleep(Duration::from_millis(50));
     }
+    if path == "/slow" {
+        spindle::time::sleep(Duration::from_millis(300));
+    }
+    if path == "/forever" {
+        spindle::time::sleep(Duration::from_secs(60));
+    }
     let mut body = Vec::new();
     let read = req.into_body().read_to_end(&mut body);
     let text = match read {
@@ -288,4 +294,55 @@ fn five_thousand_concurrent_keep_alive_connections() {
             }
         }
     }
+}
+
+#[test]
+fn drain_closes_idle_connections_finishes_in_flight_and_cancels_the_rest() {
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let (addr, handle) = rt.block_on(|| {
+        let server = Server::bind("127.0.0.1:0").unwrap();
+        let addr = server.local_addr().unwrap();
+        let handle = server.handle();
+        spindle::spawn(move || server.serve(handler));
+        (addr, handle)
+    });
+    // An idle keep-alive connection.
+    let mut idle = TcpStream::connect(addr).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    idle.write_all(b"GET /first HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    let mut buf = [0u8; 512];
+    assert!(idle.read(&mut buf).unwrap() > 0);
+    // A request in flight (300 ms) and one that would take a minute.
+    let slow = std::thread::spawn(move || raw(addr, b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n"));
+    let forever =
+        std::thread::spawn(move || raw(addr, b"GET /forever HTTP/1.1\r\nHost: a\r\n\r\n"));
+    std::thread::sleep(Duration::from_millis(100));
+    let start = Instant::now();
+    let h = handle.clone();
+    let cancelled = rt.block_on(move || h.drain(Instant::now() + Duration::from_millis(800)));
+    assert_eq!(
+        cancelled, 1,
+        "only the minute-long request outlived the deadline"
+    );
+    assert!(start.elapsed() < Duration::from_secs(3));
+    // The idle connection was closed at once.
+    assert_eq!(idle.read(&mut buf).unwrap_or(0), 0);
+    // The in-flight one got its answer, with `connection: close`.
+    let r = slow.join().unwrap();
+    assert!(
+        r.contains("GET /slow 0") && r.contains("connection: close"),
+        "{r}"
+    );
+    let _ = forever.join().unwrap();
+    assert_eq!(handle.connections(), 0);
+    // No longer accepting.
+    std::thread::sleep(Duration::from_millis(50));
+    let refused = TcpStream::connect(addr).and_then(|mut s| {
+        s.set_read_timeout(Some(Duration::from_secs(2)))?;
+        s.write_all(b"GET / HTTP/1.1\r\n\r\n")?;
+        let mut b = [0u8; 16];
+        s.read(&mut b)
+    });
+    assert!(matches!(refused, Err(_) | Ok(0)), "{refused:?}");
 }

@@ -546,6 +546,12 @@ impl Fiber {
         self.core.header.name.as_deref()
     }
 
+    /// Cancels the fiber, as [`JoinHandle::cancel`] does, through a handle
+    /// that does not own its result (a server cancelling its connections).
+    pub fn cancel(&self) {
+        crate::sched::park::cancel(&self.core);
+    }
+
     /// Makes the fiber's park token available, waking it if it is parked
     /// in [`park`](crate::park). An unpark before the park is not lost.
     /// Callable from any thread.
