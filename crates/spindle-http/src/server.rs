@@ -398,9 +398,20 @@ fn parse(
     buf: &mut BytesMut,
     config: &ServerConfig,
 ) -> Result<Option<Head>, StatusCode> {
-    let mut headers = vec![httparse::EMPTY_HEADER; config.max_headers];
-    let mut req = httparse::Request::new(&mut headers);
-    let n = match req.parse(buf) {
+    // Headers parse into an uninitialised array on the fiber's stack (no
+    // allocation, no zeroing); a larger configured limit uses the heap.
+    let mut on_stack = [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; 128];
+    let mut on_heap;
+    let slots: &mut [std::mem::MaybeUninit<httparse::Header<'_>>] =
+        if config.max_headers <= on_stack.len() {
+            &mut on_stack[..config.max_headers]
+        } else {
+            on_heap = Vec::with_capacity(config.max_headers);
+            on_heap.resize_with(config.max_headers, std::mem::MaybeUninit::uninit);
+            &mut on_heap[..]
+        };
+    let mut req = httparse::Request::new(&mut []);
+    let n = match req.parse_with_uninit_headers(buf, slots) {
         Ok(httparse::Status::Complete(n)) if n > config.max_head_bytes => {
             return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
         }
