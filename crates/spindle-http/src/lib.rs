@@ -22,17 +22,21 @@
 //! |---|---|
 //! | `server` | the accept loop, a connection's request loop, parsing, responses |
 //! | `body` | [`Body`]: streamed request bodies (length or chunked), whole or streamed responses |
+//! | `client` | [`Client`]: requests with a keep-alive pool per origin |
 //! | `config` | [`ServerConfig`]: limits and timeouts |
 //! | `date` | the cached `Date` header |
 //!
-//! Status: the server and its graceful drain. The client and TLS are next (issue 5).
+//! Status: the server with graceful drain, and a plain-HTTP client with a
+//! keep-alive pool. TLS (server and client) is next (issue 5).
 
 mod body;
+mod client;
 mod config;
 mod date;
 mod server;
 
 pub use body::Body;
+pub use client::Client;
 pub use config::ServerConfig;
 pub use http::{self, Request, Response, StatusCode};
 pub use server::{Server, ServerHandle};

@@ -1,0 +1,437 @@
+//! [`Client`]: HTTP/1.1 requests from fibers (they park) or plain threads
+//! (they block), with a keep-alive connection pool per origin.
+//!
+//! A response is read whole before it is returned, so its connection goes
+//! back to the pool at once. A pooled connection the server has closed
+//! meanwhile (an idle timeout) is detected when the request on it gets no
+//! response bytes at all; the request is then sent once more on a fresh
+//! connection. HTTPS is not supported yet (issue 5: rustls next).
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{self, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use spindle::net::TcpStream;
+
+use crate::body::Body;
+
+type Origin = (String, u16);
+
+/// An HTTP/1.1 client with a connection pool.
+///
+/// ```no_run
+/// let client = spindle_http::Client::new();
+/// let resp = client.get("http://127.0.0.1:8080/").unwrap();
+/// assert!(resp.status().is_success());
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    pool: Arc<Mutex<HashMap<Origin, Vec<TcpStream>>>>,
+    connect_timeout: Duration,
+    request_timeout: Duration,
+    max_idle_per_origin: usize,
+    max_response_bytes: u64,
+}
+
+impl Default for Client {
+    fn default() -> Self {
+        Client::new()
+    }
+}
+
+impl Client {
+    /// A client with a 10 s connect timeout, a 30 s per-read/write request
+    /// timeout, 8 idle connections kept per origin, responses up to 64 MiB.
+    pub fn new() -> Client {
+        Client {
+            pool: Arc::new(Mutex::new(HashMap::new())),
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(30),
+            max_idle_per_origin: 8,
+            max_response_bytes: 64 << 20,
+        }
+    }
+
+    /// Deadline for name resolution plus connecting.
+    pub fn connect_timeout(mut self, t: Duration) -> Client {
+        self.connect_timeout = t;
+        self
+    }
+
+    /// Deadline for each read and write of a request.
+    pub fn request_timeout(mut self, t: Duration) -> Client {
+        self.request_timeout = t;
+        self
+    }
+
+    /// `GET url`.
+    pub fn get(&self, url: &str) -> io::Result<Response<Body>> {
+        self.request(
+            Request::get(url)
+                .body(Body::empty())
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?,
+        )
+    }
+
+    /// `POST url` with `body`.
+    pub fn post(&self, url: &str, body: impl Into<Body>) -> io::Result<Response<Body>> {
+        self.request(
+            Request::post(url)
+                .body(body.into())
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?,
+        )
+    }
+
+    /// Sends `req` (its URI must be absolute: `http://host[:port]/path`).
+    pub fn request(&self, req: Request<Body>) -> io::Result<Response<Body>> {
+        let origin = origin_of(req.uri())?;
+        let (parts, body) = req.into_parts();
+        // A streamed body cannot be sent twice: collect it for a retry.
+        let body = match body.as_bytes() {
+            Some(b) => Bytes::copy_from_slice(b),
+            None => Bytes::from(body.into_vec()?),
+        };
+        let head = encode_head(
+            &parts.method,
+            &parts.uri,
+            &parts.headers,
+            &origin,
+            body.len(),
+        )?;
+        if let Some(conn) = self.take_idle(&origin) {
+            match self.exchange(&conn, &head, &body, &parts.method) {
+                Ok((resp, reusable)) => {
+                    self.put_back(origin, conn, reusable);
+                    return Ok(resp);
+                }
+                // Closed by the server while pooled: nothing came back.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let conn = TcpStream::connect_timeout((origin.0.as_str(), origin.1), self.connect_timeout)?;
+        let _ = conn.set_nodelay(true);
+        let (resp, reusable) = self
+            .exchange(&conn, &head, &body, &parts.method)
+            .map_err(|e| {
+                if e.kind() == io::ErrorKind::ConnectionAborted {
+                    io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "server closed the connection without a response",
+                    )
+                } else {
+                    e
+                }
+            })?;
+        self.put_back(origin, conn, reusable);
+        Ok(resp)
+    }
+
+    fn take_idle(&self, origin: &Origin) -> Option<TcpStream> {
+        self.pool
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(origin)
+            .and_then(Vec::pop)
+    }
+
+    fn put_back(&self, origin: Origin, conn: TcpStream, reusable: bool) {
+        if !reusable {
+            return;
+        }
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let idle = pool.entry(origin).or_default();
+        if idle.len() < self.max_idle_per_origin {
+            idle.push(conn);
+        }
+    }
+
+    /// Writes the request, reads the whole response. `ConnectionAborted`
+    /// means no response byte arrived (a stale pooled connection).
+    fn exchange(
+        &self,
+        conn: &TcpStream,
+        head: &[u8],
+        body: &[u8],
+        method: &Method,
+    ) -> io::Result<(Response<Body>, bool)> {
+        conn.set_read_timeout(Some(self.request_timeout))?;
+        conn.set_write_timeout(Some(self.request_timeout))?;
+        let mut c = conn;
+        let sent = c.write_all(head).and_then(|_| c.write_all(body));
+        if let Err(e) = sent {
+            return Err(match e.kind() {
+                io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => {
+                    io::Error::new(io::ErrorKind::ConnectionAborted, e)
+                }
+                _ => e,
+            });
+        }
+        let mut buf: Vec<u8> = Vec::with_capacity(4096);
+        let mut tmp = [0u8; 8192];
+        loop {
+            let n = match c.read(&mut tmp) {
+                Ok(0) if buf.is_empty() => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::ConnectionAborted,
+                        "no response",
+                    ))
+                }
+                Err(e) if buf.is_empty() && e.kind() == io::ErrorKind::ConnectionReset => {
+                    return Err(io::Error::new(io::ErrorKind::ConnectionAborted, e))
+                }
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "truncated response head",
+                    ))
+                }
+                Ok(n) => n,
+                Err(e) => return Err(e),
+            };
+            buf.extend_from_slice(&tmp[..n]);
+            let mut headers = [httparse::EMPTY_HEADER; 100];
+            let mut resp = httparse::Response::new(&mut headers);
+            let head_len = match resp.parse(&buf) {
+                Ok(httparse::Status::Complete(len)) => len,
+                Ok(httparse::Status::Partial) if buf.len() > 64 << 10 => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "response head too large",
+                    ))
+                }
+                Ok(httparse::Status::Partial) => continue,
+                Err(e) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("bad response: {e}"),
+                    ))
+                }
+            };
+            let status = StatusCode::from_u16(resp.code.unwrap_or(0))
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            if status.is_informational() {
+                // 100 Continue and friends: skip, read the real response.
+                buf.drain(..head_len);
+                continue;
+            }
+            let mut builder =
+                Response::builder()
+                    .status(status)
+                    .version(if resp.version == Some(0) {
+                        Version::HTTP_10
+                    } else {
+                        Version::HTTP_11
+                    });
+            let mut length = None;
+            let mut chunked = false;
+            let mut close = resp.version == Some(0);
+            for h in resp.headers.iter() {
+                let value = HeaderValue::from_bytes(h.value)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                if h.name.eq_ignore_ascii_case("content-length") {
+                    length = std::str::from_utf8(h.value)
+                        .ok()
+                        .and_then(|s| s.trim().parse::<u64>().ok());
+                } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+                    chunked = h.value.eq_ignore_ascii_case(b"chunked");
+                } else if h.name.eq_ignore_ascii_case("connection") {
+                    if h.value.eq_ignore_ascii_case(b"close") {
+                        close = true;
+                    } else if h.value.eq_ignore_ascii_case(b"keep-alive") {
+                        close = false;
+                    }
+                }
+                builder = builder.header(h.name, value);
+            }
+            let rest = buf.split_off(head_len);
+            let no_body = *method == Method::HEAD
+                || status == StatusCode::NO_CONTENT
+                || status == StatusCode::NOT_MODIFIED;
+            let (body, reusable) = if no_body {
+                (Vec::new(), !close)
+            } else if chunked {
+                (read_chunked(conn, rest, self.max_response_bytes)?, !close)
+            } else if let Some(n) = length {
+                (
+                    read_exact_len(conn, rest, n, self.max_response_bytes)?,
+                    !close,
+                )
+            } else {
+                (read_to_close(conn, rest, self.max_response_bytes)?, false)
+            };
+            let resp = builder
+                .body(Body::from(body))
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            return Ok((resp, reusable));
+        }
+    }
+}
+
+fn origin_of(uri: &Uri) -> io::Result<Origin> {
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "https is not supported by spindle_http::Client yet",
+            ))
+        }
+        _ => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the URI must be absolute http://",
+            ))
+        }
+    }
+    let host = uri
+        .host()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "the URI has no host"))?;
+    Ok((
+        host.trim_matches(|c| c == '[' || c == ']').to_string(),
+        uri.port_u16().unwrap_or(80),
+    ))
+}
+
+fn encode_head(
+    method: &Method,
+    uri: &Uri,
+    headers: &http::HeaderMap,
+    origin: &Origin,
+    body_len: usize,
+) -> io::Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(256);
+    let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    out.extend_from_slice(method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(path.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    if !headers.contains_key(header::HOST) {
+        out.extend_from_slice(b"host: ");
+        out.extend_from_slice(origin.0.as_bytes());
+        if origin.1 != 80 {
+            out.extend_from_slice(format!(":{}", origin.1).as_bytes());
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+    for (name, value) in headers {
+        if name == header::CONTENT_LENGTH || name == header::TRANSFER_ENCODING {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if body_len > 0 || !(method == Method::GET || method == Method::HEAD) {
+        out.extend_from_slice(format!("content-length: {body_len}\r\n").as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+    Ok(out)
+}
+
+fn too_large() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::FileTooLarge,
+        "response body larger than the client's limit",
+    )
+}
+
+fn read_exact_len(conn: &TcpStream, mut have: Vec<u8>, n: u64, max: u64) -> io::Result<Vec<u8>> {
+    if n > max {
+        return Err(too_large());
+    }
+    let mut c = conn;
+    while (have.len() as u64) < n {
+        let mut tmp = [0u8; 16384];
+        let k = c.read(&mut tmp)?;
+        if k == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "truncated response body",
+            ));
+        }
+        have.extend_from_slice(&tmp[..k]);
+    }
+    have.truncate(n as usize);
+    Ok(have)
+}
+
+fn read_to_close(conn: &TcpStream, mut have: Vec<u8>, max: u64) -> io::Result<Vec<u8>> {
+    let mut c = conn;
+    let mut tmp = [0u8; 16384];
+    loop {
+        let k = c.read(&mut tmp)?;
+        if k == 0 {
+            return Ok(have);
+        }
+        have.extend_from_slice(&tmp[..k]);
+        if have.len() as u64 > max {
+            return Err(too_large());
+        }
+    }
+}
+
+fn read_chunked(conn: &TcpStream, have: Vec<u8>, max: u64) -> io::Result<Vec<u8>> {
+    let mut c = conn;
+    let mut buf = have;
+    let mut pos = 0;
+    let mut out = Vec::new();
+    let mut fill = |buf: &mut Vec<u8>| -> io::Result<()> {
+        let mut tmp = [0u8; 16384];
+        let k = c.read(&mut tmp)?;
+        if k == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "truncated chunked body",
+            ));
+        }
+        buf.extend_from_slice(&tmp[..k]);
+        Ok(())
+    };
+    let bad = || io::Error::new(io::ErrorKind::InvalidData, "malformed chunked response");
+    loop {
+        // Size line.
+        let line_end = loop {
+            if let Some(i) = buf[pos..].windows(2).position(|w| w == b"\r\n") {
+                break pos + i;
+            }
+            fill(&mut buf)?;
+        };
+        let size_text = std::str::from_utf8(&buf[pos..line_end]).map_err(|_| bad())?;
+        let size = u64::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
+            .map_err(|_| bad())?;
+        pos = line_end + 2;
+        if size == 0 {
+            // Trailers until an empty line.
+            loop {
+                let end = loop {
+                    if let Some(i) = buf[pos..].windows(2).position(|w| w == b"\r\n") {
+                        break pos + i;
+                    }
+                    fill(&mut buf)?;
+                };
+                let empty = end == pos;
+                pos = end + 2;
+                if empty {
+                    return Ok(out);
+                }
+            }
+        }
+        if out.len() as u64 + size > max {
+            return Err(too_large());
+        }
+        while buf.len() < pos + size as usize + 2 {
+            fill(&mut buf)?;
+        }
+        out.extend_from_slice(&buf[pos..pos + size as usize]);
+        if &buf[pos + size as usize..pos + size as usize + 2] != b"\r\n" {
+            return Err(bad());
+        }
+        pos += size as usize + 2;
+    }
+}
