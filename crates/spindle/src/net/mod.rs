@@ -49,6 +49,43 @@ use std::time::{Duration, Instant};
 
 use crate::poll::slot::{READ, WRITE};
 
+/// `AsRawFd`, `AsFd`, `IntoRawFd` and `FromRawFd` for a socket type that
+/// wraps its std twin in `sock: Owned<..>` and has `From<std twin>`.
+macro_rules! fd_traits {
+    ($ty:ty, $std:ty) => {
+        impl std::os::fd::AsRawFd for $ty {
+            fn as_raw_fd(&self) -> std::os::fd::RawFd {
+                self.sock.fd()
+            }
+        }
+
+        impl std::os::fd::AsFd for $ty {
+            fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+                std::os::fd::AsFd::as_fd(self.sock.get())
+            }
+        }
+
+        impl std::os::fd::IntoRawFd for $ty {
+            /// Gives the fd up (still in non-blocking mode), after taking it
+            /// out of the netpoller.
+            fn into_raw_fd(self) -> std::os::fd::RawFd {
+                std::os::fd::IntoRawFd::into_raw_fd(self.sock.into_inner())
+            }
+        }
+
+        impl std::os::fd::FromRawFd for $ty {
+            /// # Safety
+            ///
+            /// `fd` must be an open socket of this kind owned by the caller.
+            unsafe fn from_raw_fd(fd: std::os::fd::RawFd) -> $ty {
+                // SAFETY: forwarded from the caller.
+                <$ty>::from(unsafe { <$std as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+            }
+        }
+    };
+}
+pub(crate) use fd_traits;
+
 /// Readiness direction of an operation.
 #[derive(Clone, Copy)]
 pub(crate) enum Dir {

@@ -2,7 +2,7 @@
 
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Socket, Type};
@@ -168,34 +168,6 @@ impl From<std::net::TcpListener> for TcpListener {
         TcpListener {
             sock: Owned::new(l),
         }
-    }
-}
-
-impl AsRawFd for TcpListener {
-    fn as_raw_fd(&self) -> RawFd {
-        self.sock.fd()
-    }
-}
-
-impl AsFd for TcpListener {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.sock.get().as_fd()
-    }
-}
-
-impl IntoRawFd for TcpListener {
-    fn into_raw_fd(self) -> RawFd {
-        self.sock.into_inner().into_raw_fd()
-    }
-}
-
-impl FromRawFd for TcpListener {
-    /// # Safety
-    ///
-    /// `fd` must be an open listening TCP socket owned by the caller.
-    unsafe fn from_raw_fd(fd: RawFd) -> TcpListener {
-        // SAFETY: forwarded from the caller.
-        TcpListener::from(unsafe { std::net::TcpListener::from_raw_fd(fd) })
     }
 }
 
@@ -462,36 +434,12 @@ impl From<std::net::TcpStream> for TcpStream {
     }
 }
 
-impl AsRawFd for TcpStream {
-    fn as_raw_fd(&self) -> RawFd {
-        self.sock.fd()
-    }
-}
-
-impl AsFd for TcpStream {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.sock.get().as_fd()
-    }
-}
-
-impl IntoRawFd for TcpStream {
-    fn into_raw_fd(self) -> RawFd {
-        self.sock.into_inner().into_raw_fd()
-    }
-}
-
-impl FromRawFd for TcpStream {
-    /// # Safety
-    ///
-    /// `fd` must be an open, connected TCP socket owned by the caller.
-    unsafe fn from_raw_fd(fd: RawFd) -> TcpStream {
-        // SAFETY: forwarded from the caller.
-        TcpStream::from(unsafe { std::net::TcpStream::from_raw_fd(fd) })
-    }
-}
-
 impl From<TcpStream> for OwnedFd {
     fn from(s: TcpStream) -> OwnedFd {
         s.sock.into_inner().into()
     }
 }
+
+super::fd_traits!(TcpListener, std::net::TcpListener);
+
+super::fd_traits!(TcpStream, std::net::TcpStream);

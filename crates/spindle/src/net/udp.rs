@@ -2,7 +2,6 @@
 
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, RawFd};
 use std::time::Duration;
 
 use super::{each_addr, retry, Dir, Owned, Timeout};
@@ -159,30 +158,4 @@ impl From<std::net::UdpSocket> for UdpSocket {
     }
 }
 
-impl AsRawFd for UdpSocket {
-    fn as_raw_fd(&self) -> RawFd {
-        self.sock.fd()
-    }
-}
-
-impl AsFd for UdpSocket {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.sock.get().as_fd()
-    }
-}
-
-impl IntoRawFd for UdpSocket {
-    fn into_raw_fd(self) -> RawFd {
-        self.sock.into_inner().into_raw_fd()
-    }
-}
-
-impl FromRawFd for UdpSocket {
-    /// # Safety
-    ///
-    /// `fd` must be an open UDP socket owned by the caller.
-    unsafe fn from_raw_fd(fd: RawFd) -> UdpSocket {
-        // SAFETY: forwarded from the caller.
-        UdpSocket::from(unsafe { std::net::UdpSocket::from_raw_fd(fd) })
-    }
-}
+super::fd_traits!(UdpSocket, std::net::UdpSocket);

@@ -2,7 +2,6 @@
 
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, RawFd};
 use std::os::unix::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
@@ -68,12 +67,6 @@ impl std::fmt::Debug for UnixListener {
         f.debug_struct("UnixListener")
             .field("fd", &self.sock.fd())
             .finish()
-    }
-}
-
-impl AsRawFd for UnixListener {
-    fn as_raw_fd(&self) -> RawFd {
-        self.sock.fd()
     }
 }
 
@@ -233,30 +226,6 @@ impl From<std::os::unix::net::UnixStream> for UnixStream {
     }
 }
 
-impl AsRawFd for UnixStream {
-    fn as_raw_fd(&self) -> RawFd {
-        self.sock.fd()
-    }
-}
+super::fd_traits!(UnixStream, std::os::unix::net::UnixStream);
 
-impl AsFd for UnixStream {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.sock.get().as_fd()
-    }
-}
-
-impl IntoRawFd for UnixStream {
-    fn into_raw_fd(self) -> RawFd {
-        self.sock.into_inner().into_raw_fd()
-    }
-}
-
-impl FromRawFd for UnixStream {
-    /// # Safety
-    ///
-    /// `fd` must be an open, connected Unix stream socket owned by the caller.
-    unsafe fn from_raw_fd(fd: RawFd) -> UnixStream {
-        // SAFETY: forwarded from the caller.
-        UnixStream::from(unsafe { std::os::unix::net::UnixStream::from_raw_fd(fd) })
-    }
-}
+super::fd_traits!(UnixListener, std::os::unix::net::UnixListener);
