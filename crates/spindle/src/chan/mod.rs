@@ -518,15 +518,17 @@ impl<T> Clone for Receiver<T> {
     }
 }
 
-impl<T> Drop for Sender<T> {
-    fn drop(&mut self) {
+impl<T> Chan<T> {
+    /// One end left: if it was the last of its side, wake every waiter of
+    /// the other side with `Closed`.
+    fn leave(&self, side: impl FnOnce(&mut State<T>) -> (usize, &mut VecDeque<Waiting<T>>)) {
         let waiting: Vec<Waiting<T>> = {
-            let mut st = self.chan.lock();
-            st.senders -= 1;
-            if st.senders > 0 {
+            let mut st = self.lock();
+            let (left, other) = side(&mut st);
+            if left > 0 {
                 return;
             }
-            st.receivers_waiting.drain(..).collect()
+            other.drain(..).collect()
         };
         for w in waiting {
             w.notify.wake(Wake::Closed);
@@ -534,19 +536,21 @@ impl<T> Drop for Sender<T> {
     }
 }
 
+impl<T> Drop for Sender<T> {
+    fn drop(&mut self) {
+        self.chan.leave(|st| {
+            st.senders -= 1;
+            (st.senders, &mut st.receivers_waiting)
+        });
+    }
+}
+
 impl<T> Drop for Receiver<T> {
     fn drop(&mut self) {
-        let waiting: Vec<Waiting<T>> = {
-            let mut st = self.chan.lock();
+        self.chan.leave(|st| {
             st.receivers -= 1;
-            if st.receivers > 0 {
-                return;
-            }
-            st.senders_waiting.drain(..).collect()
-        };
-        for w in waiting {
-            w.notify.wake(Wake::Closed);
-        }
+            (st.receivers, &mut st.senders_waiting)
+        });
     }
 }
 

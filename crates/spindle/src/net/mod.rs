@@ -156,6 +156,66 @@ impl<S: AsRawFd + IntoRawFd> Drop for Owned<S> {
     }
 }
 
+/// A socket with per-call read and write deadlines: what every stream and
+/// datagram type shares. Same method names as [`Owned`] (`fd`, `get`,
+/// `into_inner`), plus the try-then-wait operations.
+pub(crate) struct Timed<S: AsRawFd + IntoRawFd> {
+    sock: Owned<S>,
+    pub(crate) read_timeout: Timeout,
+    pub(crate) write_timeout: Timeout,
+}
+
+impl<S: AsRawFd + IntoRawFd> Timed<S> {
+    pub(crate) fn new(inner: S) -> Timed<S> {
+        Timed {
+            sock: Owned::new(inner),
+            read_timeout: Timeout::default(),
+            write_timeout: Timeout::default(),
+        }
+    }
+
+    pub(crate) fn get(&self) -> &S {
+        self.sock.get()
+    }
+
+    pub(crate) fn fd(&self) -> RawFd {
+        self.sock.fd()
+    }
+
+    pub(crate) fn into_inner(self) -> S {
+        self.sock.into_inner()
+    }
+
+    /// Runs a read-side operation until it stops answering `WouldBlock`,
+    /// under the read deadline.
+    pub(crate) fn reading<T>(&self, mut op: impl FnMut(&S) -> io::Result<T>) -> io::Result<T> {
+        retry(
+            self.fd(),
+            Dir::Read,
+            self.read_timeout.deadline(),
+            false,
+            || op(self.get()),
+        )
+    }
+
+    /// Same for a write-side operation, under the write deadline.
+    pub(crate) fn writing<T>(&self, mut op: impl FnMut(&S) -> io::Result<T>) -> io::Result<T> {
+        retry(
+            self.fd(),
+            Dir::Write,
+            self.write_timeout.deadline(),
+            false,
+            || op(self.get()),
+        )
+    }
+
+    /// Gives `other` this socket's timeouts (for `try_clone`).
+    pub(crate) fn copy_timeouts_to(&self, other: &Timed<S>) -> io::Result<()> {
+        other.read_timeout.set(self.read_timeout.get())?;
+        other.write_timeout.set(self.write_timeout.get())
+    }
+}
+
 /// A per-call timeout (std's `set_read_timeout` shape), kept in nanoseconds
 /// with 0 for none.
 #[derive(Default)]

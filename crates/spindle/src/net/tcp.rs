@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use socket2::{Domain, Socket, Type};
 
-use super::{each_addr, retry, Dir, Owned, Timeout};
+use super::{each_addr, retry, Dir, Owned, Timed};
 
 /// A TCP server socket. `accept` parks the calling fiber until a
 /// connection arrives; a listener's wake-up is admitted ahead of queued
@@ -189,17 +189,13 @@ impl Iterator for Incoming<'_> {
 /// is not ready; they are also implemented on `&TcpStream`, so one fiber
 /// can read while another writes.
 pub struct TcpStream {
-    sock: Owned<std::net::TcpStream>,
-    read_timeout: Timeout,
-    write_timeout: Timeout,
+    sock: Timed<std::net::TcpStream>,
 }
 
 impl TcpStream {
     fn wrap(s: std::net::TcpStream) -> TcpStream {
         TcpStream {
-            sock: Owned::new(s),
-            read_timeout: Timeout::default(),
-            write_timeout: Timeout::default(),
+            sock: Timed::new(s),
         }
     }
 
@@ -266,22 +262,22 @@ impl TcpStream {
     /// A deadline for each read (`None`: wait forever). An expired read
     /// fails with `TimedOut`.
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        self.read_timeout.set(t)
+        self.sock.read_timeout.set(t)
     }
 
     /// A deadline for each write.
     pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        self.write_timeout.set(t)
+        self.sock.write_timeout.set(t)
     }
 
     /// The read timeout.
     pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
-        Ok(self.read_timeout.get())
+        Ok(self.sock.read_timeout.get())
     }
 
     /// The write timeout.
     pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
-        Ok(self.write_timeout.get())
+        Ok(self.sock.write_timeout.get())
     }
 
     /// The pending socket error, if any.
@@ -291,21 +287,14 @@ impl TcpStream {
 
     /// Reads without consuming (`MSG_PEEK`).
     pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
-        retry(
-            self.sock.fd(),
-            Dir::Read,
-            self.read_timeout.deadline(),
-            false,
-            || self.sock.get().peek(buf),
-        )
+        self.sock.reading(|sock| sock.peek(buf))
     }
 
     /// A second handle to the same connection (a new fd), with the same
     /// timeouts.
     pub fn try_clone(&self) -> io::Result<TcpStream> {
         let s = TcpStream::wrap(self.sock.get().try_clone()?);
-        s.read_timeout.set(self.read_timeout.get())?;
-        s.write_timeout.set(self.write_timeout.get())?;
+        self.sock.copy_timeouts_to(&s.sock)?;
         Ok(s)
     }
 
@@ -343,48 +332,26 @@ fn connect_addr(addr: &SocketAddr, deadline: Option<Instant>) -> io::Result<TcpS
 impl Read for &TcpStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let s = *self;
-        retry(
-            s.sock.fd(),
-            Dir::Read,
-            s.read_timeout.deadline(),
-            false,
-            || Read::read(&mut s.sock.get(), buf),
-        )
+        s.sock.reading(|mut sock| Read::read(&mut sock, buf))
     }
 
     fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
         let s = *self;
-        retry(
-            s.sock.fd(),
-            Dir::Read,
-            s.read_timeout.deadline(),
-            false,
-            || Read::read_vectored(&mut s.sock.get(), bufs),
-        )
+        s.sock
+            .reading(|mut sock| Read::read_vectored(&mut sock, bufs))
     }
 }
 
 impl Write for &TcpStream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let s = *self;
-        retry(
-            s.sock.fd(),
-            Dir::Write,
-            s.write_timeout.deadline(),
-            false,
-            || Write::write(&mut s.sock.get(), buf),
-        )
+        s.sock.writing(|mut sock| Write::write(&mut sock, buf))
     }
 
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         let s = *self;
-        retry(
-            s.sock.fd(),
-            Dir::Write,
-            s.write_timeout.deadline(),
-            false,
-            || Write::write_vectored(&mut s.sock.get(), bufs),
-        )
+        s.sock
+            .writing(|mut sock| Write::write_vectored(&mut sock, bufs))
     }
 
     fn flush(&mut self) -> io::Result<()> {

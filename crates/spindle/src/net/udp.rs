@@ -4,7 +4,7 @@ use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
-use super::{each_addr, retry, Dir, Owned, Timeout};
+use super::{each_addr, Timed};
 
 /// A UDP socket whose sends and receives park the calling fiber.
 ///
@@ -23,18 +23,14 @@ use super::{each_addr, retry, Dir, Owned, Timeout};
 /// });
 /// ```
 pub struct UdpSocket {
-    sock: Owned<std::net::UdpSocket>,
-    read_timeout: Timeout,
-    write_timeout: Timeout,
+    sock: Timed<std::net::UdpSocket>,
 }
 
 impl UdpSocket {
     fn wrap(s: std::net::UdpSocket) -> io::Result<UdpSocket> {
         s.set_nonblocking(true)?;
         Ok(UdpSocket {
-            sock: Owned::new(s),
-            read_timeout: Timeout::default(),
-            write_timeout: Timeout::default(),
+            sock: Timed::new(s),
         })
     }
 
@@ -50,24 +46,12 @@ impl UdpSocket {
 
     /// Sends to the connected peer.
     pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
-        retry(
-            self.sock.fd(),
-            Dir::Write,
-            self.write_timeout.deadline(),
-            false,
-            || self.sock.get().send(buf),
-        )
+        self.sock.writing(|sock| sock.send(buf))
     }
 
     /// Receives from the connected peer.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
-        retry(
-            self.sock.fd(),
-            Dir::Read,
-            self.read_timeout.deadline(),
-            false,
-            || self.sock.get().recv(buf),
-        )
+        self.sock.reading(|sock| sock.recv(buf))
     }
 
     /// Sends a datagram to `addr` (resolved first).
@@ -76,35 +60,17 @@ impl UdpSocket {
         let target = *addrs.first().ok_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidInput, "no addresses to send data to")
         })?;
-        retry(
-            self.sock.fd(),
-            Dir::Write,
-            self.write_timeout.deadline(),
-            false,
-            || self.sock.get().send_to(buf, target),
-        )
+        self.sock.writing(|sock| sock.send_to(buf, target))
     }
 
     /// Receives a datagram and its sender.
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
-        retry(
-            self.sock.fd(),
-            Dir::Read,
-            self.read_timeout.deadline(),
-            false,
-            || self.sock.get().recv_from(buf),
-        )
+        self.sock.reading(|sock| sock.recv_from(buf))
     }
 
     /// Receives a datagram without consuming it.
     pub fn peek_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
-        retry(
-            self.sock.fd(),
-            Dir::Read,
-            self.read_timeout.deadline(),
-            false,
-            || self.sock.get().peek_from(buf),
-        )
+        self.sock.reading(|sock| sock.peek_from(buf))
     }
 
     /// The local address.
@@ -119,12 +85,12 @@ impl UdpSocket {
 
     /// A deadline for each receive.
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        self.read_timeout.set(t)
+        self.sock.read_timeout.set(t)
     }
 
     /// A deadline for each send.
     pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        self.write_timeout.set(t)
+        self.sock.write_timeout.set(t)
     }
 
     /// `SO_BROADCAST`.
@@ -151,9 +117,7 @@ impl From<std::net::UdpSocket> for UdpSocket {
     fn from(s: std::net::UdpSocket) -> UdpSocket {
         let _ = s.set_nonblocking(true);
         UdpSocket {
-            sock: Owned::new(s),
-            read_timeout: Timeout::default(),
-            write_timeout: Timeout::default(),
+            sock: Timed::new(s),
         }
     }
 }

@@ -6,7 +6,7 @@ use std::os::unix::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use super::{retry, Dir, Owned, Timeout};
+use super::{retry, Dir, Owned, Timed};
 
 /// A Unix-socket server; `accept` parks the calling fiber.
 ///
@@ -96,18 +96,14 @@ impl Iterator for UnixIncoming<'_> {
 /// A Unix-socket connection; `Read`/`Write` (also on `&UnixStream`) park
 /// the calling fiber while the socket is not ready.
 pub struct UnixStream {
-    sock: Owned<std::os::unix::net::UnixStream>,
-    read_timeout: Timeout,
-    write_timeout: Timeout,
+    sock: Timed<std::os::unix::net::UnixStream>,
 }
 
 impl UnixStream {
     fn wrap(s: std::os::unix::net::UnixStream) -> io::Result<UnixStream> {
         s.set_nonblocking(true)?;
         Ok(UnixStream {
-            sock: Owned::new(s),
-            read_timeout: Timeout::default(),
-            write_timeout: Timeout::default(),
+            sock: Timed::new(s),
         })
     }
 
@@ -147,12 +143,12 @@ impl UnixStream {
 
     /// A deadline for each read.
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        self.read_timeout.set(t)
+        self.sock.read_timeout.set(t)
     }
 
     /// A deadline for each write.
     pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        self.write_timeout.set(t)
+        self.sock.write_timeout.set(t)
     }
 
     /// A second handle to the same connection (a new fd).
@@ -164,26 +160,14 @@ impl UnixStream {
 impl Read for &UnixStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let s = *self;
-        retry(
-            s.sock.fd(),
-            Dir::Read,
-            s.read_timeout.deadline(),
-            false,
-            || Read::read(&mut s.sock.get(), buf),
-        )
+        s.sock.reading(|mut sock| Read::read(&mut sock, buf))
     }
 }
 
 impl Write for &UnixStream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let s = *self;
-        retry(
-            s.sock.fd(),
-            Dir::Write,
-            s.write_timeout.deadline(),
-            false,
-            || Write::write(&mut s.sock.get(), buf),
-        )
+        s.sock.writing(|mut sock| Write::write(&mut sock, buf))
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -219,9 +203,7 @@ impl From<std::os::unix::net::UnixStream> for UnixStream {
     fn from(s: std::os::unix::net::UnixStream) -> UnixStream {
         let _ = s.set_nonblocking(true);
         UnixStream {
-            sock: Owned::new(s),
-            read_timeout: Timeout::default(),
-            write_timeout: Timeout::default(),
+            sock: Timed::new(s),
         }
     }
 }

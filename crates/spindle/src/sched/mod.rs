@@ -145,6 +145,9 @@ pub(crate) struct WorkerShared {
     pub(crate) running_fiber: AtomicU64,
     /// This worker's answer to the latest dump request: (generation, text).
     pub(crate) dump_report: Mutex<(u64, String)>,
+    /// The generation of the last dump request this worker answered (read
+    /// without the lock on the idle path).
+    pub(crate) dump_answered: AtomicU64,
     /// This worker has cancelled its fibers for shutdown.
     pub(crate) cancelled_all: AtomicBool,
     /// Bumped per dispatch; the watchdog compares samples of it.
@@ -174,6 +177,7 @@ impl WorkerShared {
             stacks_pooled: AtomicUsize::new(0),
             running_fiber: AtomicU64::new(0),
             dump_report: Mutex::new((0, String::new())),
+            dump_answered: AtomicU64::new(0),
             cancelled_all: AtomicBool::new(false),
             dispatch_seq: AtomicU64::new(0),
             stalled_seq: AtomicU64::new(u64::MAX),
@@ -309,7 +313,7 @@ impl Scheduler {
         self.workers[index].inbox.head_stamp() != queue::NO_STAMP
             || self.global.head_stamp() != queue::NO_STAMP
             || self.dump_gen.load(Ordering::Acquire)
-                != self.workers[index].dump_report.lock().map_or(0, |r| r.0)
+                != self.workers[index].dump_answered.load(Ordering::Acquire)
             || self.is_shutdown()
             || (self.is_cancelling() && !self.workers[index].cancelled_all.load(Ordering::Acquire))
     }

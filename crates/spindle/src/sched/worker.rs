@@ -565,6 +565,7 @@ impl Worker {
             .dump_report
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = (gen, text);
+        self.shared().dump_answered.store(gen, Ordering::Release);
     }
 
     /// Shutdown, phase one: cancel every fiber this worker owns (started
