@@ -5,7 +5,8 @@ use std::io::{self, Read};
 use std::sync::{Arc, Mutex};
 
 use bytes::{Buf, Bytes, BytesMut};
-use spindle::net::TcpStream;
+
+use crate::stream::Stream;
 
 /// An HTTP message body.
 ///
@@ -144,7 +145,7 @@ enum ChunkState {
 /// The body of the request being handled: bytes already read past the
 /// head, then the connection, delimited by its framing.
 pub(crate) struct Incoming {
-    pub(crate) conn: Arc<TcpStream>,
+    pub(crate) conn: Arc<Stream>,
     pub(crate) buf: BytesMut,
     remaining: u64,
     chunked: Option<ChunkState>,
@@ -158,7 +159,7 @@ pub(crate) struct Incoming {
 
 impl Incoming {
     pub(crate) fn new(
-        conn: Arc<TcpStream>,
+        conn: Arc<Stream>,
         buf: BytesMut,
         framing: Framing,
         limit: u64,

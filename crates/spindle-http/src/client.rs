@@ -5,7 +5,12 @@
 //! back to the pool at once. A pooled connection the server has closed
 //! meanwhile (an idle timeout) is detected when the request on it gets no
 //! response bytes at all; the request is then sent once more on a fresh
-//! connection. HTTPS is not supported yet (issue 5: rustls next).
+//! connection.
+//!
+//! `https://` runs TLS (rustls) over the same socket, the handshake under
+//! the connect timeout; the server's certificate is checked against the
+//! Mozilla roots of `webpki-roots`, or against the roots given to
+//! [`Client::tls_config`].
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -17,9 +22,12 @@ use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use spindle::net::TcpStream;
 
+use crate::stream::{Stream, TlsStream};
+
 use crate::body::Body;
 
-type Origin = (String, u16);
+/// Where a pooled connection goes: scheme is `https`, host, port.
+type Origin = (bool, String, u16);
 
 /// An HTTP/1.1 client with a connection pool.
 ///
@@ -30,7 +38,8 @@ type Origin = (String, u16);
 /// ```
 #[derive(Clone)]
 pub struct Client {
-    pool: Arc<Mutex<HashMap<Origin, Vec<TcpStream>>>>,
+    pool: Arc<Mutex<HashMap<Origin, Vec<Stream>>>>,
+    tls: Option<Arc<rustls::ClientConfig>>,
     connect_timeout: Duration,
     request_timeout: Duration,
     max_idle_per_origin: usize,
@@ -49,6 +58,7 @@ impl Client {
     pub fn new() -> Client {
         Client {
             pool: Arc::new(Mutex::new(HashMap::new())),
+            tls: None,
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(30),
             max_idle_per_origin: 8,
@@ -59,6 +69,22 @@ impl Client {
     /// Deadline for name resolution plus connecting.
     pub fn connect_timeout(mut self, t: Duration) -> Client {
         self.connect_timeout = t;
+        self
+    }
+
+    /// The TLS configuration for `https://` (by default
+    /// [`tls::default_client_config`](crate::tls::default_client_config):
+    /// the webpki roots). Use
+    /// [`tls::client_config_with_ca_pem`](crate::tls::client_config_with_ca_pem)
+    /// for a private CA.
+    ///
+    /// ```no_run
+    /// let ca = std::fs::read("ca.pem").unwrap();
+    /// let config = spindle_http::tls::client_config_with_ca_pem(&ca).unwrap();
+    /// let client = spindle_http::Client::new().tls_config(config);
+    /// ```
+    pub fn tls_config(mut self, config: Arc<rustls::ClientConfig>) -> Client {
+        self.tls = Some(config);
         self
     }
 
@@ -113,8 +139,7 @@ impl Client {
                 Err(e) => return Err(e),
             }
         }
-        let conn = TcpStream::connect_timeout((origin.0.as_str(), origin.1), self.connect_timeout)?;
-        let _ = conn.set_nodelay(true);
+        let conn = self.connect(&origin)?;
         let (resp, reusable) = self
             .exchange(&conn, &head, &body, &parts.method)
             .map_err(|e| {
@@ -131,7 +156,33 @@ impl Client {
         Ok(resp)
     }
 
-    fn take_idle(&self, origin: &Origin) -> Option<TcpStream> {
+    /// A new connection to `origin`, TLS handshake done for `https`.
+    fn connect(&self, origin: &Origin) -> io::Result<Stream> {
+        let (https, host, port) = origin;
+        let started = std::time::Instant::now();
+        let tcp = TcpStream::connect_timeout((host.as_str(), *port), self.connect_timeout)?;
+        let _ = tcp.set_nodelay(true);
+        if !https {
+            return Ok(Stream::Plain(tcp));
+        }
+        let left = self
+            .connect_timeout
+            .saturating_sub(started.elapsed())
+            .max(Duration::from_millis(1));
+        tcp.set_read_timeout(Some(left))?;
+        tcp.set_write_timeout(Some(left))?;
+        let name = rustls::pki_types::ServerName::try_from(host.clone())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let config = self
+            .tls
+            .clone()
+            .unwrap_or_else(crate::tls::default_client_config);
+        let session = rustls::ClientConnection::new(config, name)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        Ok(Stream::Tls(Box::new(TlsStream::handshake(tcp, session)?)))
+    }
+
+    fn take_idle(&self, origin: &Origin) -> Option<Stream> {
         self.pool
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -139,7 +190,7 @@ impl Client {
             .and_then(Vec::pop)
     }
 
-    fn put_back(&self, origin: Origin, conn: TcpStream, reusable: bool) {
+    fn put_back(&self, origin: Origin, conn: Stream, reusable: bool) {
         if !reusable {
             return;
         }
@@ -154,7 +205,7 @@ impl Client {
     /// means no response byte arrived (a stale pooled connection).
     fn exchange(
         &self,
-        conn: &TcpStream,
+        conn: &Stream,
         head: &[u8],
         body: &[u8],
         method: &Method,
@@ -273,27 +324,23 @@ impl Client {
 }
 
 fn origin_of(uri: &Uri) -> io::Result<Origin> {
-    match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") => {
-            return Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "https is not supported by spindle_http::Client yet",
-            ))
-        }
+    let https = match uri.scheme_str() {
+        Some("http") => false,
+        Some("https") => true,
         _ => {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                "the URI must be absolute http://",
+                "the URI must be absolute: http:// or https://",
             ))
         }
-    }
+    };
     let host = uri
         .host()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "the URI has no host"))?;
     Ok((
+        https,
         host.trim_matches(|c| c == '[' || c == ']').to_string(),
-        uri.port_u16().unwrap_or(80),
+        uri.port_u16().unwrap_or(if https { 443 } else { 80 }),
     ))
 }
 
@@ -312,9 +359,14 @@ fn encode_head(
     out.extend_from_slice(b" HTTP/1.1\r\n");
     if !headers.contains_key(header::HOST) {
         out.extend_from_slice(b"host: ");
-        out.extend_from_slice(origin.0.as_bytes());
-        if origin.1 != 80 {
-            out.extend_from_slice(format!(":{}", origin.1).as_bytes());
+        let (https, host, port) = origin;
+        if host.contains(':') {
+            out.extend_from_slice(format!("[{host}]").as_bytes()); // IPv6
+        } else {
+            out.extend_from_slice(host.as_bytes());
+        }
+        if *port != if *https { 443 } else { 80 } {
+            out.extend_from_slice(format!(":{port}").as_bytes());
         }
         out.extend_from_slice(b"\r\n");
     }
@@ -341,7 +393,7 @@ fn too_large() -> io::Error {
     )
 }
 
-fn read_exact_len(conn: &TcpStream, mut have: Vec<u8>, n: u64, max: u64) -> io::Result<Vec<u8>> {
+fn read_exact_len(conn: &Stream, mut have: Vec<u8>, n: u64, max: u64) -> io::Result<Vec<u8>> {
     if n > max {
         return Err(too_large());
     }
@@ -361,7 +413,7 @@ fn read_exact_len(conn: &TcpStream, mut have: Vec<u8>, n: u64, max: u64) -> io::
     Ok(have)
 }
 
-fn read_to_close(conn: &TcpStream, mut have: Vec<u8>, max: u64) -> io::Result<Vec<u8>> {
+fn read_to_close(conn: &Stream, mut have: Vec<u8>, max: u64) -> io::Result<Vec<u8>> {
     let mut c = conn;
     let mut tmp = [0u8; 16384];
     loop {
@@ -376,7 +428,7 @@ fn read_to_close(conn: &TcpStream, mut have: Vec<u8>, max: u64) -> io::Result<Ve
     }
 }
 
-fn read_chunked(conn: &TcpStream, have: Vec<u8>, max: u64) -> io::Result<Vec<u8>> {
+fn read_chunked(conn: &Stream, have: Vec<u8>, max: u64) -> io::Result<Vec<u8>> {
     let mut c = conn;
     let mut buf = have;
     let mut pos = 0;

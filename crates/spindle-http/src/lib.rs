@@ -25,15 +25,16 @@
 //! | `client` | [`Client`]: requests with a keep-alive pool per origin |
 //! | `config` | [`ServerConfig`]: limits and timeouts |
 //! | `date` | the cached `Date` header |
-//!
-//! Status: the server with graceful drain, and a plain-HTTP client with a
-//! keep-alive pool. TLS (server and client) is next (issue 5).
+//! | `stream` | plain TCP or TLS: one reader and one writer at once over a split rustls session |
+//! | [`tls`] | rustls configurations from PEM files, webpki roots or a private CA |
 
 mod body;
 mod client;
 mod config;
 mod date;
 mod server;
+mod stream;
+pub mod tls;
 
 pub use body::Body;
 pub use client::Client;

@@ -36,6 +36,8 @@ use http::header::{self, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use spindle::net::{TcpListener, TcpStream};
 
+use crate::stream::{Stream, TlsStream};
+
 use crate::body::{Body, Framing, Incoming};
 use crate::config::ServerConfig;
 
@@ -52,6 +54,7 @@ use crate::config::ServerConfig;
 pub struct Server {
     listener: TcpListener,
     config: ServerConfig,
+    tls: Option<Arc<rustls::ServerConfig>>,
     state: Arc<ServerState>,
 }
 
@@ -150,6 +153,7 @@ impl Server {
         Server {
             listener,
             config: ServerConfig::default(),
+            tls: None,
             state: Arc::new(ServerState::default()),
         }
     }
@@ -164,6 +168,21 @@ impl Server {
     /// Replaces the limits and timeouts.
     pub fn config(mut self, config: ServerConfig) -> Server {
         self.config = config;
+        self
+    }
+
+    /// Serves HTTPS: every connection does a TLS handshake, on its own
+    /// fiber and under the header-read timeout, before its first request.
+    /// A failed handshake (a plain-HTTP probe, an untrusted peer) closes
+    /// that connection only. See [`tls`](crate::tls) for building `config`
+    /// from PEM files.
+    ///
+    /// ```no_run
+    /// let tls = spindle_http::tls::server_config_from_pem_files("cert.pem", "key.pem").unwrap();
+    /// let server = spindle_http::Server::bind("127.0.0.1:8443").unwrap().tls(tls);
+    /// ```
+    pub fn tls(mut self, config: Arc<rustls::ServerConfig>) -> Server {
+        self.tls = Some(config);
         self
     }
 
@@ -208,8 +227,13 @@ impl Server {
                 continue;
             }
             open.fetch_add(1, Ordering::Relaxed);
-            let (handler, config, open2, st) =
-                (handler.clone(), config.clone(), open.clone(), state.clone());
+            let (handler, config, open2, st, tls) = (
+                handler.clone(),
+                config.clone(),
+                open.clone(),
+                state.clone(),
+                self.tls.clone(),
+            );
             let idle = Arc::new(std::sync::atomic::AtomicBool::new(true));
             let idle2 = idle.clone();
             // The connection is registered (for `drain`) before it runs.
@@ -228,7 +252,10 @@ impl Server {
                 }
                 let id = spindle::current().map(|f| f.id()).unwrap_or(0);
                 let _unregister = Unregister(st.clone(), open2, id);
-                serve_connection(conn, &config, &*handler, &idle2, &st.draining);
+                let Some(stream) = establish(conn, tls, &config) else {
+                    return; // a failed handshake: this connection only
+                };
+                serve_connection(stream, &config, &*handler, &idle2, &st.draining);
             });
             match spawned {
                 Ok(h) => {
@@ -266,15 +293,32 @@ enum Head {
     Error(StatusCode),
 }
 
-fn serve_connection(
+/// Sets the socket up and, for HTTPS, runs the handshake (on this, the
+/// connection's fiber). `None`: the handshake failed; the peer has had an
+/// alert if it spoke TLS at all.
+fn establish(
     conn: TcpStream,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    config: &ServerConfig,
+) -> Option<Stream> {
+    let _ = conn.set_nodelay(true);
+    let _ = conn.set_write_timeout(Some(config.write_timeout));
+    let Some(tls) = tls else {
+        return Some(Stream::Plain(conn));
+    };
+    let _ = conn.set_read_timeout(Some(config.header_read_timeout));
+    let session = rustls::ServerConnection::new(tls).ok()?;
+    let stream = TlsStream::handshake(conn, session).ok()?;
+    Some(Stream::Tls(Box::new(stream)))
+}
+
+fn serve_connection(
+    conn: Stream,
     config: &ServerConfig,
     handler: &(dyn Fn(Request<Body>) -> Response<Body> + Send + Sync),
     idle: &std::sync::atomic::AtomicBool,
     draining: &std::sync::atomic::AtomicBool,
 ) {
-    let _ = conn.set_nodelay(true);
-    let _ = conn.set_write_timeout(Some(config.write_timeout));
     let conn = Arc::new(conn);
     let mut buf = BytesMut::with_capacity(8 * 1024);
     loop {
@@ -303,9 +347,10 @@ fn serve_connection(
                 return;
             }
         };
-        // Finish the request body: drain what the handler left, or close.
-        let mut inc = incoming.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(kind) = inc.error {
+        // A body the handler read past its limit, or malformed: that is
+        // the answer, whatever the handler returned.
+        let failed = incoming.lock().unwrap_or_else(|e| e.into_inner()).error;
+        if let Some(kind) = failed {
             let status = if kind == io::ErrorKind::FileTooLarge {
                 StatusCode::PAYLOAD_TOO_LARGE
             } else {
@@ -314,46 +359,52 @@ fn serve_connection(
             let _ = (&*conn).write_all(&error_response(status));
             return;
         }
-        let mut keep = keep_alive;
-        if !inc.is_done() {
-            if inc.continue_pending {
-                // The client waits for 100 before sending: never sent, so
-                // no body will come; the connection cannot be reused.
-                keep = false;
-            } else {
-                let _ = inc.conn.set_read_timeout(Some(config.body_read_timeout));
-                let mut sink = [0u8; 8192];
-                let mut drained = 0u64;
-                loop {
-                    match inc.read(&mut sink) {
-                        Ok(0) => break,
-                        Ok(n) => {
-                            drained += n as u64;
-                            if drained > 1 << 20 {
-                                keep = false;
-                                break;
-                            }
-                        }
-                        Err(_) => {
-                            keep = false;
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-        buf = std::mem::take(&mut inc.buf);
-        drop(inc);
-        let keep = keep && !draining.load(Ordering::SeqCst);
+        // The response goes out first: a streamed response may itself be
+        // reading the request body (an echo), so the body lock is not held.
+        let keep = keep_alive && !draining.load(Ordering::SeqCst);
         if write_response(&conn, response, version, is_head, keep).is_err() || !keep {
             return;
+        }
+        // Then finish the request body: drain what is left, or close.
+        let mut inc = incoming.lock().unwrap_or_else(|e| e.into_inner());
+        if inc.error.is_some() || !finish_body(&mut inc, config) {
+            return;
+        }
+        buf = std::mem::take(&mut inc.buf);
+    }
+}
+
+/// Reads and discards what the handler left of the request body, up to
+/// 1 MiB; `false` if the connection cannot be reused.
+fn finish_body(inc: &mut Incoming, config: &ServerConfig) -> bool {
+    if inc.is_done() {
+        return true;
+    }
+    if inc.continue_pending {
+        // The client waits for 100 before sending: never sent, so no body
+        // will come, and the connection cannot be reused.
+        return false;
+    }
+    let _ = inc.conn.set_read_timeout(Some(config.body_read_timeout));
+    let mut sink = [0u8; 8192];
+    let mut drained = 0u64;
+    loop {
+        match inc.read(&mut sink) {
+            Ok(0) => return true,
+            Ok(n) => {
+                drained += n as u64;
+                if drained > 1 << 20 {
+                    return false;
+                }
+            }
+            Err(_) => return false,
         }
     }
 }
 
 /// Reads and parses one request head. Waits `keep_alive_timeout` for its
 /// first byte, then `header_read_timeout` for the rest.
-fn read_head(conn: &Arc<TcpStream>, buf: &mut BytesMut, config: &ServerConfig) -> Head {
+fn read_head(conn: &Arc<Stream>, buf: &mut BytesMut, config: &ServerConfig) -> Head {
     let mut started = !buf.is_empty();
     let mut deadline = None;
     loop {
@@ -394,7 +445,7 @@ fn read_head(conn: &Arc<TcpStream>, buf: &mut BytesMut, config: &ServerConfig) -
 /// Parses a complete head from `buf` (consuming it), or `None` if more
 /// bytes are needed.
 fn parse(
-    conn: &Arc<TcpStream>,
+    conn: &Arc<Stream>,
     buf: &mut BytesMut,
     config: &ServerConfig,
 ) -> Result<Option<Head>, StatusCode> {
@@ -522,7 +573,7 @@ fn parse(
 }
 
 fn write_response(
-    conn: &TcpStream,
+    conn: &Stream,
     response: Response<Body>,
     version: Version,
     is_head: bool,
