@@ -288,7 +288,10 @@ fn error_response(status: StatusCode) -> Vec<u8> {
 }
 
 enum Head {
-    Request(Box<Request<Body>>, Framing, bool, Arc<Mutex<Incoming>>),
+    /// The request, whether the connection may be kept alive, and its
+    /// body's reader (`None` when it has no body: the bytes past the head
+    /// stay in the connection's buffer).
+    Request(Box<Request<Body>>, bool, Option<Arc<Mutex<Incoming>>>),
     Closed,
     Error(StatusCode),
 }
@@ -328,8 +331,8 @@ fn serve_connection(
         }
         let head = read_head(&conn, &mut buf, config);
         idle.store(false, Ordering::SeqCst);
-        let (req, _framing, keep_alive, incoming) = match head {
-            Head::Request(r, f, k, i) => (r, f, k, i),
+        let (req, keep_alive, incoming) = match head {
+            Head::Request(r, k, i) => (r, k, i),
             Head::Closed => return,
             Head::Error(status) => {
                 let _ = (&*conn).write_all(&error_response(status));
@@ -349,7 +352,9 @@ fn serve_connection(
         };
         // A body the handler read past its limit, or malformed: that is
         // the answer, whatever the handler returned.
-        let failed = incoming.lock().unwrap_or_else(|e| e.into_inner()).error;
+        let failed = incoming
+            .as_ref()
+            .and_then(|i| i.lock().unwrap_or_else(|e| e.into_inner()).error);
         if let Some(kind) = failed {
             let status = if kind == io::ErrorKind::FileTooLarge {
                 StatusCode::PAYLOAD_TOO_LARGE
@@ -366,6 +371,9 @@ fn serve_connection(
             return;
         }
         // Then finish the request body: drain what is left, or close.
+        let Some(incoming) = incoming else {
+            continue; // no body: the buffer holds the next request already
+        };
         let mut inc = incoming.lock().unwrap_or_else(|e| e.into_inner());
         if inc.error.is_some() || !finish_body(&mut inc, config) {
             return;
@@ -485,11 +493,25 @@ fn parse(
     let base = buf.as_ptr() as usize;
     let path = req.path.unwrap_or("/");
     let path_range = (path.as_ptr() as usize - base, path.len());
-    let mut spans = Vec::with_capacity(req.headers.len());
-    let mut names = Vec::with_capacity(req.headers.len());
-    for h in req.headers.iter() {
-        spans.push((h.value.as_ptr() as usize - base, h.value.len()));
-        names.push(HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| StatusCode::BAD_REQUEST)?);
+    // Each header as [name offset, name length, value offset, value
+    // length] into the head: on the stack for the usual few dozen.
+    let count = req.headers.len();
+    let mut spans_on_stack = [[0u32; 4]; 48];
+    let mut spans_on_heap;
+    let spans: &mut [[u32; 4]] = if count <= spans_on_stack.len() {
+        &mut spans_on_stack[..count]
+    } else {
+        spans_on_heap = vec![[0u32; 4]; count];
+        &mut spans_on_heap[..]
+    };
+    let offset = |s: &[u8]| (s.as_ptr() as usize - base) as u32;
+    for (span, h) in spans.iter_mut().zip(req.headers.iter()) {
+        *span = [
+            offset(h.name.as_bytes()),
+            h.name.len() as u32,
+            offset(h.value),
+            h.value.len() as u32,
+        ];
     }
     let head: Bytes = buf.split_to(n).freeze();
     let uri = Uri::from_maybe_shared(head.slice(path_range.0..path_range.0 + path_range.1))
@@ -501,9 +523,17 @@ fn parse(
     let mut close = version == Version::HTTP_10;
     let mut expect_continue = false;
     let map = builder.headers_mut().expect("fresh builder");
-    map.reserve(names.len());
-    for (name, (off, len)) in names.into_iter().zip(spans) {
-        let value = HeaderValue::from_maybe_shared(head.slice(off..off + len))
+    map.reserve(count);
+    for &[name_at, name_len, at, len] in spans.iter() {
+        let (name_at, name_len, at, len) = (
+            name_at as usize,
+            name_len as usize,
+            at as usize,
+            len as usize,
+        );
+        let name = HeaderName::from_bytes(&head[name_at..name_at + name_len])
+            .map_err(|_| StatusCode::BAD_REQUEST)?;
+        let value = HeaderValue::from_maybe_shared(head.slice(at..at + len))
             .map_err(|_| StatusCode::BAD_REQUEST)?;
         if name == header::CONTENT_LENGTH {
             let v: u64 = std::str::from_utf8(value.as_bytes())
@@ -550,6 +580,14 @@ fn parse(
             Some(n) => Framing::Length(n),
         }
     };
+    if framing == Framing::None {
+        // No body: nothing to share with the handler, and the rest of the
+        // buffer (a pipelined request) stays where it is.
+        let req = builder
+            .body(Body::empty())
+            .map_err(|_| StatusCode::BAD_REQUEST)?;
+        return Ok(Some(Head::Request(Box::new(req), !close, None)));
+    }
     let rest = std::mem::take(buf);
     let incoming = Arc::new(Mutex::new(Incoming::new(
         conn.clone(),
@@ -558,18 +596,11 @@ fn parse(
         config.max_body_bytes,
         expect_continue,
     )));
-    if framing != Framing::None {
-        let _ = conn.set_read_timeout(Some(config.body_read_timeout));
-    }
+    let _ = conn.set_read_timeout(Some(config.body_read_timeout));
     let req = builder
         .body(Body::incoming(incoming.clone()))
         .map_err(|_| StatusCode::BAD_REQUEST)?;
-    Ok(Some(Head::Request(
-        Box::new(req),
-        framing,
-        !close,
-        incoming,
-    )))
+    Ok(Some(Head::Request(Box::new(req), !close, Some(incoming))))
 }
 
 fn write_response(

@@ -62,7 +62,12 @@ pub fn can_suspend() -> bool {
     worker::on_fiber() && !worker::in_block_on_poll()
 }
 
-struct FiberWaker(FiberRef);
+struct FiberWaker {
+    fiber: FiberRef,
+    /// Set by every wake; cleared before each poll. Set after a pending
+    /// poll means the future woke itself while being polled.
+    woken: std::sync::atomic::AtomicBool,
+}
 
 impl Wake for FiberWaker {
     fn wake(self: Arc<Self>) {
@@ -70,7 +75,8 @@ impl Wake for FiberWaker {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        Waiter::Fiber(self.0.clone()).wake();
+        self.woken.store(true, std::sync::atomic::Ordering::Release);
+        Waiter::Fiber(self.fiber.clone()).wake();
     }
 }
 
@@ -87,17 +93,33 @@ impl Wake for ThreadWaker {
 }
 
 fn block_on_fiber<F: Future>(future: F) -> F::Output {
+    use std::sync::atomic::Ordering;
     let fiber = worker::current_fiber().expect("on a fiber");
-    let waker = Waker::from(Arc::new(FiberWaker(fiber)));
+    let state = Arc::new(FiberWaker {
+        fiber,
+        woken: std::sync::atomic::AtomicBool::new(false),
+    });
+    let waker = Waker::from(state.clone());
     let mut cx = Context::from_waker(&waker);
     let mut future = pin!(future);
     loop {
+        state.woken.store(false, Ordering::Relaxed);
         let _polling = worker::BlockOnPoll::enter();
         if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
             return v;
         }
         drop(_polling);
+        // Woken already, before we parked: the future woke itself while
+        // polled — it is yielding (wasmtime's fuel yield, tokio's
+        // `yield_now`).
+        let yielding = state.woken.load(Ordering::Acquire);
+        // Parking consumes the wake token (at once if it is already there).
         crate::sched::park::park_current_as(crate::sched::park::WaitKind::BlockOn);
+        if yielding {
+            // Let the other fibers run before polling again, or a yielding
+            // future would keep the worker to itself.
+            crate::yield_now();
+        }
         // Cancelled: the future is dropped as the fiber unwinds.
         crate::sched::park::exit_if_cancelled();
     }

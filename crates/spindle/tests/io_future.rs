@@ -41,6 +41,41 @@ fn block_on_a_future_woken_from_another_os_thread() {
 }
 
 #[test]
+fn a_future_that_wakes_itself_yields_the_worker() {
+    // wasmtime's fuel yield and tokio's yield_now wake their own waker and
+    // return Pending: on one worker, another fiber must get to run between
+    // those polls rather than after the future is done.
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let ticks = rt.block_on(|| {
+        let ticks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let done = Arc::new(AtomicBool::new(false));
+        let (t, d) = (ticks.clone(), done.clone());
+        let ticker = spindle::spawn(move || {
+            while !d.load(Ordering::SeqCst) {
+                t.fetch_add(1, Ordering::SeqCst);
+                spindle::yield_now();
+            }
+        });
+        let mut polls = 0;
+        spindle::block_on(std::future::poll_fn(|cx| {
+            polls += 1;
+            if polls == 100 {
+                return Poll::Ready(());
+            }
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }));
+        done.store(true, Ordering::SeqCst);
+        ticker.join().unwrap();
+        ticks.load(Ordering::SeqCst)
+    });
+    assert!(
+        ticks >= 90,
+        "the other fiber ran {ticks} times during 100 yields"
+    );
+}
+
+#[test]
 fn a_nested_block_on_polls_in_place() {
     spindle::run(|| {
         let inner_could_suspend = spindle::block_on(async {

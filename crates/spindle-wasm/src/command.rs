@@ -1,0 +1,75 @@
+//! [`run_command`]: runs a `wasi:cli/run` component to its end, like
+//! `wasmtime run`, with the same host as the proxy guests: its stdio is
+//! the process's, and outgoing HTTP goes through spindle-http's client and
+//! the allow-list.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use wasmtime::component::{Component, ResourceTable};
+use wasmtime::{Store, StoreLimitsBuilder};
+use wasmtime_wasi::p2::bindings::CommandPre;
+use wasmtime_wasi::WasiCtx;
+use wasmtime_wasi_http::WasiHttpCtx;
+
+use crate::config::HostConfig;
+use crate::host::{engine, linker, GuestState};
+use crate::outbound::OutboundHooks;
+
+/// Runs the command component `wasm` with `args` (`args[0]` is its name)
+/// and returns its exit status. Must be called on a Spindle fiber or
+/// thread; the guest's waits park it like any other wait.
+///
+/// ```no_run
+/// let wasm = std::fs::read("guests/wasm/fetch-cmd.wasm").unwrap();
+/// let config = spindle_wasm::HostConfig::default().allow_outbound("127.0.0.1").unwrap();
+/// let status = spindle::run(move || {
+///     spindle_wasm::run_command(&wasm, &["fetch-cmd".into(), "http://127.0.0.1:8080/".into()], config)
+/// });
+/// assert_eq!(status.unwrap(), 0);
+/// ```
+pub fn run_command(wasm: &[u8], args: &[String], config: HostConfig) -> wasmtime::Result<i32> {
+    let config = config.max_concurrent(1);
+    let engine = engine(&config)?;
+    let component = Component::new(&engine, wasm)?;
+    let pre = CommandPre::new(linker(&engine)?.instantiate_pre(&component)?)?;
+    let tag: Arc<str> = Arc::from(args.first().map(String::as_str).unwrap_or("command"));
+    let mut wasi = WasiCtx::builder();
+    wasi.inherit_stdio().envs(&config.env).args(args);
+    let state = GuestState {
+        wasi: wasi.build(),
+        http: WasiHttpCtx::new(),
+        table: ResourceTable::new(),
+        limits: StoreLimitsBuilder::new()
+            .memory_size(config.memory_limit)
+            .build(),
+        hooks: OutboundHooks {
+            allow: config.allow.clone(),
+            client: spindle_http::Client::new(),
+            tag,
+        },
+    };
+    let mut store = Store::new(&engine, state);
+    store.limiter(|s| &mut s.limits);
+    store.set_fuel(u64::MAX)?;
+    store.fuel_async_yield_interval(Some(config.fuel_yield_interval))?;
+    let run = async move {
+        let command = pre.instantiate_async(&mut store).await?;
+        command.wasi_cli_run().call_run(&mut store).await
+    };
+    let result = spindle::block_on(async move {
+        let mut run = std::pin::pin!(run);
+        std::future::poll_fn(|cx| {
+            wasmtime_wasi::runtime::with_ambient_tokio_runtime(|| run.as_mut().poll(cx))
+        })
+        .await
+    });
+    match result {
+        Ok(Ok(())) => Ok(0),
+        Ok(Err(())) => Ok(1),
+        Err(e) => match e.downcast_ref::<wasmtime_wasi::I32Exit>() {
+            Some(exit) => Ok(exit.0),
+            None => Err(e),
+        },
+    }
+}

@@ -1,0 +1,124 @@
+//! [`HostConfig`]: the limits and grants of a guest host.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::outbound::AllowList;
+
+/// Limits and grants for the guests of a [`Host`](crate::Host).
+///
+/// ```
+/// use std::time::Duration;
+/// let config = spindle_wasm::HostConfig::default()
+///     .max_concurrent(100)
+///     .timeout(Duration::from_secs(5))
+///     .allow_outbound("127.0.0.1:8080").unwrap();
+/// assert_eq!(config.max_concurrent_requests(), 100);
+/// ```
+#[derive(Clone, Debug)]
+pub struct HostConfig {
+    pub(crate) max_concurrent: usize,
+    pub(crate) max_queued: usize,
+    pub(crate) queue_timeout: Duration,
+    pub(crate) fuel_yield_interval: u64,
+    pub(crate) fuel_limit: u64,
+    pub(crate) memory_limit: usize,
+    pub(crate) timeout: Duration,
+    pub(crate) allow: AllowList,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) cache_dir: Option<PathBuf>,
+}
+
+impl Default for HostConfig {
+    /// 1 000 concurrent guest requests (1 000 more may queue for 5 s), a
+    /// fuel yield every 1 000 000 units, a budget of 1 000 000 000 fuel and
+    /// 30 s per request, 128 MiB of memory per instance, no outbound host,
+    /// compiled code cached under `$XDG_CACHE_HOME/spindle` (or
+    /// `~/.cache/spindle`).
+    fn default() -> Self {
+        HostConfig {
+            max_concurrent: 1000,
+            max_queued: 1000,
+            queue_timeout: Duration::from_secs(5),
+            fuel_yield_interval: 1_000_000,
+            fuel_limit: 1_000_000_000,
+            memory_limit: 128 << 20,
+            timeout: Duration::from_secs(30),
+            allow: AllowList::default(),
+            env: Vec::new(),
+            cache_dir: default_cache_dir(),
+        }
+    }
+}
+
+fn default_cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("spindle"))
+}
+
+impl HostConfig {
+    /// At most `n` guest requests run at once; the pooling allocator is
+    /// sized for exactly that many instances.
+    pub fn max_concurrent(mut self, n: usize) -> Self {
+        self.max_concurrent = n.max(1);
+        self
+    }
+
+    /// The cap set by [`max_concurrent`](Self::max_concurrent).
+    pub fn max_concurrent_requests(&self) -> usize {
+        self.max_concurrent
+    }
+
+    /// Past the cap, up to `n` requests wait at most `wait` for a slot,
+    /// then get 503; beyond `n`, 503 at once.
+    pub fn queue(mut self, n: usize, wait: Duration) -> Self {
+        self.max_queued = n;
+        self.queue_timeout = wait;
+        self
+    }
+
+    /// The guest yields its worker every `units` of fuel.
+    pub fn fuel_yield_interval(mut self, units: u64) -> Self {
+        self.fuel_yield_interval = units.max(1);
+        self
+    }
+
+    /// The fuel one request may burn before it is stopped with a 500.
+    pub fn fuel_limit(mut self, units: u64) -> Self {
+        self.fuel_limit = units;
+        self
+    }
+
+    /// The most linear memory one instance may grow to.
+    pub fn memory_limit(mut self, bytes: usize) -> Self {
+        self.memory_limit = bytes.max(64 << 10);
+        self
+    }
+
+    /// The wall-clock deadline of one request, guest and response body.
+    pub fn timeout(mut self, t: Duration) -> Self {
+        self.timeout = t;
+        self
+    }
+
+    /// Lets guests reach `host[:port]` (`*` for any host; a host alone
+    /// means any port). Several may be given, comma-separated.
+    pub fn allow_outbound(mut self, spec: &str) -> Result<Self, String> {
+        self.allow.add(spec)?;
+        Ok(self)
+    }
+
+    /// An environment variable every guest sees.
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Where compiled code is cached (`None`: compile every time).
+    pub fn cache_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.cache_dir = dir;
+        self
+    }
+}

@@ -1,0 +1,195 @@
+//! [`Host`]: one engine, one compiled and pre-linked component, the caps.
+//!
+//! # Engine
+//!
+//! Instances come from wasmtime's pooling allocator, sized for exactly
+//! `max_concurrent` instances: a request's instance is carved from
+//! pre-reserved slots (copy-on-write memory images), not mapped afresh.
+//! Fuel is on: the guest yields every `fuel_yield_interval` units, and a
+//! request's budget is `fuel_limit`. Compiled code is cached on disk by
+//! wasmtime's cache, keyed by the component's hash and the engine's
+//! configuration.
+//!
+//! # Admission
+//!
+//! At most `max_concurrent` guest requests run at once (the pool could not
+//! hold more instances anyway). Past that, up to `max_queued` requests wait
+//! up to `queue_timeout` for a slot — parked fibers, nothing spins — and
+//! the rest are answered 503 at once.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use wasmtime::component::{Component, Linker, ResourceTable};
+use wasmtime::{Engine, InstanceAllocationStrategy, PoolingAllocationConfig, StoreLimits};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::p2::bindings::ProxyPre;
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+
+use crate::config::HostConfig;
+use crate::outbound::OutboundHooks;
+
+/// What a guest's store holds.
+pub(crate) struct GuestState {
+    pub(crate) wasi: WasiCtx,
+    pub(crate) http: WasiHttpCtx,
+    pub(crate) table: ResourceTable,
+    pub(crate) limits: StoreLimits,
+    pub(crate) hooks: OutboundHooks,
+}
+
+impl WasiView for GuestState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for GuestState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.hooks,
+        }
+    }
+}
+
+/// A WebAssembly HTTP host: a compiled `wasi:http/proxy` component, ready
+/// to be instantiated once per request.
+///
+/// ```no_run
+/// use spindle_wasm::{Host, HostConfig};
+/// let wasm = std::fs::read("hello.wasm").unwrap();
+/// let host = Host::new(&wasm, HostConfig::default()).unwrap();
+/// spindle::run(move || {
+///     let server = spindle_http::Server::bind("127.0.0.1:8080").unwrap();
+///     server.serve(move |req| host.handle(req)).unwrap();
+/// });
+/// ```
+#[derive(Clone)]
+pub struct Host {
+    pub(crate) inner: Arc<HostInner>,
+}
+
+pub(crate) struct HostInner {
+    pub(crate) config: HostConfig,
+    pub(crate) pre: ProxyPre<GuestState>,
+    pub(crate) client: spindle_http::Client,
+    /// Requests running in a guest now.
+    pub(crate) running: AtomicUsize,
+    /// Requests waiting for a slot.
+    pub(crate) queued: AtomicUsize,
+    pub(crate) slots: spindle::sync::Semaphore,
+    pub(crate) next_id: AtomicU64,
+}
+
+/// Builds the engine every guest of a host runs on.
+pub(crate) fn engine(config: &HostConfig) -> wasmtime::Result<Engine> {
+    // wasmtime chains its own SIGSEGV handler to the one installed first:
+    // ours, which names a fiber whose stack overflowed.
+    spindle::install_overflow_handler();
+    let mut c = wasmtime::Config::new();
+    c.consume_fuel(true);
+    let n = u32::try_from(config.max_concurrent).unwrap_or(u32::MAX);
+    let mut pool = PoolingAllocationConfig::new();
+    pool.total_component_instances(n)
+        .total_core_instances(n.saturating_mul(8))
+        .total_memories(n.saturating_mul(2))
+        .total_tables(n.saturating_mul(8))
+        .total_stacks(n)
+        .max_memory_size(config.memory_limit);
+    c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    if let Some(dir) = &config.cache_dir {
+        let mut cache = wasmtime::CacheConfig::new();
+        cache.with_directory(dir);
+        c.cache(Some(wasmtime::Cache::new(cache)?));
+    }
+    Engine::new(&c)
+}
+
+/// The WASI 0.2 imports a Rust-std guest needs, plus `wasi:http`.
+pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<GuestState>> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    Ok(linker)
+}
+
+impl Host {
+    /// Compiles (or loads from the cache) the component in `wasm` — binary
+    /// or text — and links it against WASI 0.2 and `wasi:http`.
+    pub fn new(wasm: &[u8], config: HostConfig) -> wasmtime::Result<Host> {
+        let engine = engine(&config)?;
+        let component = Component::new(&engine, wasm)?;
+        let pre = ProxyPre::new(linker(&engine)?.instantiate_pre(&component)?)?;
+        let slots = spindle::sync::Semaphore::new(config.max_concurrent);
+        Ok(Host {
+            inner: Arc::new(HostInner {
+                client: spindle_http::Client::new(),
+                running: AtomicUsize::new(0),
+                queued: AtomicUsize::new(0),
+                slots,
+                next_id: AtomicU64::new(1),
+                pre,
+                config,
+            }),
+        })
+    }
+
+    /// The configuration this host was built with.
+    pub fn config(&self) -> &HostConfig {
+        &self.inner.config
+    }
+
+    /// Guest requests running now.
+    pub fn running(&self) -> usize {
+        self.inner.running.load(Ordering::Relaxed)
+    }
+
+    /// Answers one HTTP request by running the guest on the calling fiber
+    /// (see the `proxy` module). Meant as a spindle-http handler.
+    pub fn handle(
+        &self,
+        req: spindle_http::Request<spindle_http::Body>,
+    ) -> spindle_http::Response<spindle_http::Body> {
+        crate::proxy::handle(&self.inner, req)
+    }
+}
+
+/// A slot among `max_concurrent`; given back when dropped.
+pub(crate) struct Admission {
+    host: Arc<HostInner>,
+}
+
+impl Admission {
+    /// Takes a slot, waiting in the bounded queue if all are busy. `None`:
+    /// the queue is full or the wait timed out (answer 503).
+    pub(crate) fn take(host: &Arc<HostInner>) -> Option<Admission> {
+        let permit = match host.slots.try_acquire() {
+            Some(p) => p,
+            None => {
+                if host.queued.fetch_add(1, Ordering::SeqCst) >= host.config.max_queued {
+                    host.queued.fetch_sub(1, Ordering::SeqCst);
+                    return None;
+                }
+                let p = host.slots.acquire_timeout(host.config.queue_timeout);
+                host.queued.fetch_sub(1, Ordering::SeqCst);
+                p?
+            }
+        };
+        // The slot is handed back by `Drop`, which outlives this borrow.
+        permit.forget();
+        host.running.fetch_add(1, Ordering::SeqCst);
+        Some(Admission { host: host.clone() })
+    }
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.host.running.fetch_sub(1, Ordering::SeqCst);
+        self.host.slots.add_permits(1);
+    }
+}

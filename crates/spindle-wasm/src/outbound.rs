@@ -1,0 +1,200 @@
+//! Outgoing HTTP from guests: the allow-list, and the
+//! `WasiHttpHooks::send_request` that hands each request to spindle-http's
+//! client on spindle's netpoller.
+//!
+//! # Where each part runs
+//!
+//! `send_request` is called inside the guest's `outgoing-handler.handle`,
+//! a host function with wasm frames below it — seed 000's first rule: no
+//! fiber switch there. It only checks the allow-list and spawns a new
+//! spindle fiber (spawning never switches) that collects the request body,
+//! sends it with [`spindle_http::Client`] (blocking style, so it parks
+//! that fiber on the netpoller), and answers through a oneshot channel.
+//!
+//! wasmtime-wasi-http polls the future `send_request` returns on its own
+//! tokio runtime; tokio's whole share of an outgoing request is polling
+//! that oneshot. A denied host is an immediate `HttpRequestDenied`.
+
+use std::io;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
+
+/// The hosts guests may reach: `host[:port]` entries, `*` for any host.
+///
+/// ```
+/// let mut allow = spindle_wasm::AllowList::default();
+/// allow.add("example.com, 127.0.0.1:8080").unwrap();
+/// assert!(allow.allows("example.com", 443));
+/// assert!(allow.allows("127.0.0.1", 8080));
+/// assert!(!allow.allows("127.0.0.1", 8081));
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct AllowList {
+    entries: Vec<(String, Option<u16>)>,
+}
+
+impl AllowList {
+    /// Adds comma-separated `host[:port]` entries (`*` alone: any host;
+    /// IPv6 in brackets: `[::1]:8080`).
+    pub fn add(&mut self, spec: &str) -> Result<(), String> {
+        for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let item = item
+                .trim_start_matches("http://")
+                .trim_start_matches("https://");
+            let (host, port) = if let Some(rest) = item.strip_prefix('[') {
+                let (h, after) = rest
+                    .split_once(']')
+                    .ok_or_else(|| format!("bad outbound host {item:?}"))?;
+                (h.to_string(), after.strip_prefix(':'))
+            } else {
+                match item.rsplit_once(':') {
+                    Some((h, p)) => (h.to_string(), Some(p)),
+                    None => (item.to_string(), None),
+                }
+            };
+            let port = match port {
+                None | Some("*") => None,
+                Some(p) => Some(
+                    p.parse::<u16>()
+                        .map_err(|_| format!("bad port in outbound host {item:?}"))?,
+                ),
+            };
+            if host.is_empty() {
+                return Err(format!("bad outbound host {item:?}"));
+            }
+            self.entries.push((host.to_ascii_lowercase(), port));
+        }
+        Ok(())
+    }
+
+    /// Whether `host:port` may be reached.
+    pub fn allows(&self, host: &str, port: u16) -> bool {
+        let host = host.trim_matches(|c| c == '[' || c == ']');
+        self.entries
+            .iter()
+            .any(|(h, p)| (h == "*" || h.eq_ignore_ascii_case(host)) && p.is_none_or(|p| p == port))
+    }
+}
+
+/// The hooks a guest store carries: its allow-list and the shared client.
+pub(crate) struct OutboundHooks {
+    pub(crate) allow: AllowList,
+    pub(crate) client: spindle_http::Client,
+    /// A name for the log lines (the request or command).
+    pub(crate) tag: std::sync::Arc<str>,
+}
+
+type SendFuture = Box<
+    dyn std::future::Future<
+            Output = Result<
+                (
+                    http::Response<WasiBody>,
+                    Box<dyn std::future::Future<Output = Result<(), HttpError>> + Send>,
+                ),
+                HttpError,
+            >,
+        > + Send,
+>;
+
+impl WasiHttpHooks for OutboundHooks {
+    fn send_request(
+        &mut self,
+        request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+        _response_done: Box<dyn std::future::Future<Output = Result<(), HttpError>> + Send>,
+    ) -> SendFuture {
+        let uri = request.uri();
+        let https = uri.scheme_str() == Some("https");
+        let host = uri.host().unwrap_or("").to_string();
+        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+        if !self.allow.allows(&host, port) {
+            eprintln!(
+                "spindle-wasm: {}: outbound request to {host}:{port} denied (not in --allow-outbound)",
+                self.tag
+            );
+            return Box::new(async { Err(HttpError::HttpRequestDenied) });
+        }
+        let mut client = self.client.clone();
+        if let Some(t) = options.as_ref().and_then(|o| o.connect_timeout) {
+            client = client.connect_timeout(t);
+        }
+        if let Some(t) = options.as_ref().and_then(|o| o.first_byte_timeout) {
+            client = client.request_timeout(t);
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        // A fiber of its own: it parks on the netpoller; we are inside a
+        // host call and must not.
+        let spawned = spindle::Builder::new()
+            .name("wasm-outbound")
+            .spawn(move || {
+                let _ = tx.send(send_on_fiber(&client, request));
+            });
+        if spawned.is_err() {
+            return Box::new(async {
+                Err(HttpError::InternalError(Some(
+                    "no fiber for the outgoing request".into(),
+                )))
+            });
+        }
+        Box::new(async move {
+            let resp = rx
+                .await
+                .map_err(|_| HttpError::InternalError(Some("outgoing request lost".into())))??;
+            let done: Box<dyn std::future::Future<Output = Result<(), HttpError>> + Send> =
+                Box::new(async { Ok(()) });
+            Ok((resp, done))
+        })
+    }
+}
+
+/// On the outbound fiber: the request body, the exchange, the response.
+fn send_on_fiber(
+    client: &spindle_http::Client,
+    request: http::Request<WasiBody>,
+) -> Result<http::Response<WasiBody>, HttpError> {
+    let (parts, body) = request.into_parts();
+    // The guest writes the body after `handle` returns: wait for all of it
+    // (parking this fiber, not the guest's).
+    let bytes = spindle::block_on(body.collect())
+        .map_err(|e| HttpError::InternalError(Some(format!("request body: {e}"))))?
+        .to_bytes();
+    let mut req = http::Request::from_parts(parts, spindle_http::Body::from(bytes));
+    // wasmtime-wasi-http set `host` from the authority; ours comes from the
+    // URI too, so keep one.
+    req.headers_mut().remove(http::header::HOST);
+    let resp = client.request(req).map_err(io_error_code)?;
+    let (parts, body) = resp.into_parts();
+    let bytes = body
+        .into_vec()
+        .map_err(|e| HttpError::InternalError(Some(format!("response body: {e}"))))?;
+    let body = Full::new(Bytes::from(bytes))
+        .map_err(|never| match never {})
+        .boxed_unsync();
+    Ok(http::Response::from_parts(parts, body))
+}
+
+/// The `wasi:http` error code closest to what the client saw.
+fn io_error_code(e: io::Error) -> HttpError {
+    use io::ErrorKind::*;
+    match e.kind() {
+        ConnectionRefused => HttpError::ConnectionRefused,
+        TimedOut | WouldBlock => HttpError::ConnectionTimeout,
+        ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof => {
+            HttpError::ConnectionTerminated
+        }
+        InvalidData if e.to_string().contains("certificate") => HttpError::TlsCertificateError,
+        InvalidData => HttpError::HttpProtocolError,
+        NotFound | AddrNotAvailable => HttpError::DnsError {
+            rcode: Some(e.to_string()),
+            info_code: None,
+        },
+        FileTooLarge => HttpError::HttpResponseBodySize(None),
+        _ if e.to_string().contains("failed to lookup") => HttpError::DnsError {
+            rcode: Some(e.to_string()),
+            info_code: None,
+        },
+        _ => HttpError::InternalError(Some(e.to_string())),
+    }
+}

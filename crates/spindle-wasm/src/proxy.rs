@@ -1,0 +1,427 @@
+//! One HTTP request through a guest, on the request's own fiber.
+//!
+//! # The exchange
+//!
+//! ```text
+//! admission → store + instance (pool) → call_handle ┐
+//!                                                    ├ polled together by
+//!            response-outparam ← guest sets it       │ spindle::block_on on
+//!            response body     ← guest writes it     ┘ this fiber
+//! ```
+//!
+//! The guest runs inside wasmtime's async `call_handle` future. That future,
+//! the response-outparam receiver, the response body and the request's
+//! deadline are polled together, in one `poll_fn`, by `spindle::block_on`
+//! on the connection's fiber. When the guest waits in an async host import
+//! (a clock, a stream, an outgoing request) wasmtime suspends the guest's
+//! own stack, the future is Pending and the fiber parks; whoever completes
+//! the wait wakes it, from any thread. A guest that runs long yields every
+//! `fuel_yield_interval` units of fuel; spindle's `block_on` sees the
+//! self-wake and lets the worker's other fibers run first.
+//!
+//! The two rules of seed 000 hold by construction: nothing here parks
+//! while wasm frames are below (every wait is a `Pending` returned up to
+//! `block_on`, which parks only after the poll returned), and the request
+//! body, which is read in blocking style from the connection, is pumped by
+//! a separate fiber into a channel the guest polls.
+//!
+//! # The response body
+//!
+//! Whatever body the guest has already written when its response arrives
+//! is taken at once: a guest that answers in one go (most do) gets a
+//! `Content-Length` response. Otherwise the body streams (chunked) through
+//! [`GuestBody`], whose reads keep driving the guest, so an echo can stream
+//! the request body back as it arrives.
+//!
+//! # Ending a request early
+//!
+//! Past the deadline the call future is dropped; wasmtime unwinds and frees
+//! the guest's stack and instance. Fuel exhaustion, a trap, a memory limit
+//! hit and a guest that never sets a response are all a 500 for that
+//! request alone, with a log line naming it.
+
+use std::future::Future;
+use std::io::{self, Read};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::{Buf, Bytes, BytesMut};
+use http_body::{Body as _, Frame};
+use http_body_util::{BodyExt, Empty};
+use spindle_http::{Body, Request, Response, StatusCode};
+use wasmtime::component::ResourceTable;
+use wasmtime::{Store, StoreLimitsBuilder};
+use wasmtime_wasi::WasiCtx;
+use wasmtime_wasi_http::p2::bindings::http::types::{ErrorCode, Scheme};
+use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpView};
+
+use crate::host::{Admission, GuestState, HostInner};
+use crate::log::GuestLog;
+use crate::outbound::OutboundHooks;
+
+/// How much of a guest's body is taken whole before streaming instead.
+const WHOLE_BODY_LIMIT: usize = 256 * 1024;
+
+/// Request bodies are pumped in pieces of this size.
+const PUMP_CHUNK: usize = 16 * 1024;
+
+type CallFuture = Pin<Box<dyn Future<Output = wasmtime::Result<()>> + Send>>;
+type ResponseReceiver =
+    tokio::sync::oneshot::Receiver<Result<http::Response<HyperOutgoingBody>, ErrorCode>>;
+
+/// A new store for one guest call: WASI with the guest's output going to
+/// the log, `wasi:http` with the outbound hooks, fuel and memory limits.
+pub(crate) fn new_store(host: &HostInner, tag: Arc<str>, args: &[String]) -> Store<GuestState> {
+    let config = &host.config;
+    let mut wasi = WasiCtx::builder();
+    wasi.stdout(GuestLog::new(tag.clone(), "stdout"))
+        .stderr(GuestLog::new(tag.clone(), "stderr"))
+        .envs(&config.env)
+        .args(args);
+    let state = GuestState {
+        wasi: wasi.build(),
+        http: WasiHttpCtx::new(),
+        table: ResourceTable::new(),
+        limits: StoreLimitsBuilder::new()
+            .memory_size(config.memory_limit)
+            .build(),
+        hooks: OutboundHooks {
+            allow: config.allow.clone(),
+            client: host.client.clone(),
+            tag,
+        },
+    };
+    let mut store = Store::new(host.pre.engine(), state);
+    store.limiter(|s| &mut s.limits);
+    // Fuel is on in every engine we build, so these cannot fail.
+    let _ = store.set_fuel(config.fuel_limit);
+    let _ = store.fuel_async_yield_interval(Some(config.fuel_yield_interval));
+    store
+}
+
+fn plain(status: StatusCode, text: &str) -> Response<Body> {
+    let mut r = Response::new(Body::from(format!("{text}\n")));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain"),
+    );
+    r
+}
+
+/// Runs the guest for `req` and returns its response (see the module
+/// comment).
+pub(crate) fn handle(host: &Arc<HostInner>, req: Request<Body>) -> Response<Body> {
+    let id = host
+        .next_id
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tag: Arc<str> = format!("req {id} {} {}", req.method(), req.uri().path()).into();
+    let Some(admission) = Admission::take(host) else {
+        eprintln!(
+            "spindle-wasm: {tag}: 503, all {} guest slots busy",
+            host.config.max_concurrent
+        );
+        return plain(StatusCode::SERVICE_UNAVAILABLE, "server busy");
+    };
+    let deadline = Instant::now() + host.config.timeout;
+    let mut store = new_store(host, tag.clone(), &[]);
+
+    let (mut parts, body) = req.into_parts();
+    if parts.uri.authority().is_none() && !parts.headers.contains_key(http::header::HOST) {
+        // HTTP/1.0 without Host: wasi:http wants an authority.
+        parts.headers.insert(
+            http::header::HOST,
+            http::HeaderValue::from_static("localhost"),
+        );
+    }
+    let request = http::Request::from_parts(parts, request_body(body));
+    let (sender, receiver) = tokio::sync::oneshot::channel();
+    let handles = (|| {
+        let mut http = store.data_mut().http();
+        let req = http.new_incoming_request(Scheme::Http, request)?;
+        let out = http.new_response_outparam(sender)?;
+        wasmtime::Result::<_>::Ok((req, out))
+    })();
+    let (guest_req, out) = match handles {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("spindle-wasm: {tag}: 400, {e:#}");
+            return plain(StatusCode::BAD_REQUEST, "bad request");
+        }
+    };
+    let pre = host.pre.clone();
+    let call: CallFuture = Box::pin(async move {
+        let proxy = pre.instantiate_async(&mut store).await?;
+        proxy
+            .wasi_http_incoming_handler()
+            .call_handle(&mut store, guest_req, out)
+            .await
+    });
+    let mut exchange = Exchange {
+        call: Some(call),
+        failure: None,
+        deadline: spindle::time::sleep_until_future(deadline),
+        tag,
+        _admission: admission,
+    };
+
+    let mut receiver = receiver;
+    let response = spindle::block_on(std::future::poll_fn(|cx| {
+        exchange.poll_response(&mut receiver, cx)
+    }));
+    let response = match response {
+        Ok(r) => r,
+        Err(why) => {
+            exchange.fail(why);
+            return plain(StatusCode::INTERNAL_SERVER_ERROR, "guest failed");
+        }
+    };
+    let (parts, mut body) = response.into_parts();
+    let (taken, complete) = take_ready(&mut exchange, &mut body);
+    let body = match complete {
+        Ok(true) => {
+            // The whole body is here; let the guest finish what it does
+            // after its response in the background of this request.
+            exchange.finish();
+            Body::from(taken.freeze())
+        }
+        Ok(false) => Body::from_reader(GuestBody {
+            exchange,
+            body,
+            pending: taken.freeze(),
+            done: false,
+        }),
+        Err(why) => {
+            exchange.fail(why);
+            return plain(StatusCode::INTERNAL_SERVER_ERROR, "guest failed");
+        }
+    };
+    Response::from_parts(parts, body)
+}
+
+/// The request body as the guest sees it: nothing, or a channel that a
+/// pump fiber fills from the connection.
+fn request_body(body: Body) -> wasmtime_wasi_http::p2::body::HyperIncomingBody {
+    if body.as_bytes().is_some_and(<[u8]>::is_empty) {
+        return Empty::<Bytes>::new()
+            .map_err(|never| match never {})
+            .boxed_unsync();
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, String>>(4);
+    let spawned = spindle::Builder::new()
+        .name("wasm-body-pump")
+        .spawn(move || pump(body, tx));
+    if spawned.is_err() {
+        let (tx, rx2) = tokio::sync::mpsc::channel(1);
+        let _ = tx.try_send(Err("no fiber to read the request body".to_string()));
+        return PumpedBody { rx: rx2 }.boxed_unsync();
+    }
+    PumpedBody { rx }.boxed_unsync()
+}
+
+/// On its own fiber: reads the request body from the connection, blocking
+/// style, into the channel the guest reads (parking while it is full).
+fn pump(mut body: Body, tx: tokio::sync::mpsc::Sender<Result<Bytes, String>>) {
+    loop {
+        let mut buf = BytesMut::zeroed(PUMP_CHUNK);
+        let item = match body.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => {
+                buf.truncate(n);
+                Ok(buf.freeze())
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        let failed = item.is_err();
+        if spindle::block_on(tx.send(item)).is_err() || failed {
+            return; // the guest is gone, or the body is broken
+        }
+    }
+}
+
+struct PumpedBody {
+    rx: tokio::sync::mpsc::Receiver<Result<Bytes, String>>,
+}
+
+impl http_body::Body for PumpedBody {
+    type Data = Bytes;
+    type Error = wasmtime_wasi_http::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        self.rx.poll_recv(cx).map(|item| {
+            item.map(|r| {
+                r.map(Frame::data).map_err(|e| {
+                    wasmtime_wasi_http::Error::InternalError(Some(format!("request body: {e}")))
+                })
+            })
+        })
+    }
+}
+
+/// The guest call in flight, its deadline and its admission slot.
+struct Exchange {
+    call: Option<CallFuture>,
+    failure: Option<String>,
+    deadline: spindle::time::Sleep,
+    tag: Arc<str>,
+    _admission: Admission,
+}
+
+impl Exchange {
+    /// Drives the guest; past the deadline, drops it.
+    fn poll_call(&mut self, cx: &mut Context<'_>) {
+        if let Some(call) = self.call.as_mut() {
+            // wasmtime-wasi's p2 clocks are tokio timers: give them the
+            // ambient runtime while the guest runs.
+            let polled =
+                wasmtime_wasi::runtime::with_ambient_tokio_runtime(|| call.as_mut().poll(cx));
+            if let Poll::Ready(result) = polled {
+                self.call = None;
+                if let Err(e) = result {
+                    self.failure.get_or_insert_with(|| describe(&e));
+                }
+            }
+        }
+        if self.call.is_some() && Pin::new(&mut self.deadline).poll(cx).is_ready() {
+            self.call = None; // wasmtime disposes of the guest's stack
+            self.failure
+                .get_or_insert_with(|| "deadline exceeded (--timeout)".to_string());
+        }
+    }
+
+    fn poll_response(
+        &mut self,
+        receiver: &mut ResponseReceiver,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<http::Response<HyperOutgoingBody>, String>> {
+        self.poll_call(cx);
+        match Pin::new(receiver).poll(cx) {
+            Poll::Ready(Ok(Ok(resp))) => Poll::Ready(Ok(resp)),
+            Poll::Ready(Ok(Err(code))) => Poll::Ready(Err(format!("guest answered {code:?}"))),
+            Poll::Ready(Err(_)) | Poll::Pending if self.call.is_none() => Poll::Ready(Err(self
+                .failure
+                .take()
+                .unwrap_or_else(|| "guest returned without setting a response".to_string()))),
+            _ => Poll::Pending,
+        }
+    }
+
+    fn fail(&mut self, why: String) {
+        self.call = None;
+        self.failure = Some(why);
+    }
+
+    /// Lets the guest run to its end (bounded by the deadline).
+    fn finish(&mut self) {
+        if self.call.is_some() && !std::thread::panicking() {
+            spindle::block_on(std::future::poll_fn(|cx| {
+                self.poll_call(cx);
+                if self.call.is_none() {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            }));
+        }
+    }
+}
+
+impl Drop for Exchange {
+    fn drop(&mut self) {
+        self.finish();
+        if let Some(why) = &self.failure {
+            eprintln!("spindle-wasm: {}: {why}", self.tag);
+        }
+    }
+}
+
+/// One log line for a failed guest call: the trap, or the root cause.
+pub(crate) fn describe(e: &wasmtime::Error) -> String {
+    match e.downcast_ref::<wasmtime::Trap>() {
+        Some(trap) => format!("guest trapped: {trap}"),
+        None => format!("guest failed: {}", e.root_cause()),
+    }
+}
+
+/// Takes the body frames the guest has ready now, without waiting:
+/// `Ok(true)` if that was the whole body.
+fn take_ready(
+    exchange: &mut Exchange,
+    body: &mut HyperOutgoingBody,
+) -> (BytesMut, Result<bool, String>) {
+    let mut taken = BytesMut::new();
+    let result = spindle::block_on(std::future::poll_fn(|cx| loop {
+        exchange.poll_call(cx);
+        match Pin::new(&mut *body).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Ok(data) = frame.into_data() {
+                    taken.extend_from_slice(&data);
+                }
+                if taken.len() > WHOLE_BODY_LIMIT {
+                    return Poll::Ready(Ok(false));
+                }
+            }
+            Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(format!("response body: {e:?}"))),
+            Poll::Ready(None) => return Poll::Ready(Ok(true)),
+            Poll::Pending => return Poll::Ready(Ok(false)),
+        }
+    }));
+    (taken, result)
+}
+
+/// A response body still being written by the guest: each read drives the
+/// guest until it has produced more (or finished, or failed).
+struct GuestBody {
+    exchange: Exchange,
+    body: HyperOutgoingBody,
+    pending: Bytes,
+    done: bool,
+}
+
+impl Read for GuestBody {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if !self.pending.is_empty() {
+                let n = self.pending.len().min(buf.len());
+                buf[..n].copy_from_slice(&self.pending[..n]);
+                self.pending.advance(n);
+                return Ok(n);
+            }
+            if self.done {
+                return Ok(0);
+            }
+            let (exchange, body) = (&mut self.exchange, &mut self.body);
+            let next = spindle::block_on(std::future::poll_fn(|cx| {
+                exchange.poll_call(cx);
+                match Pin::new(&mut *body).poll_frame(cx) {
+                    // Trailers carry no data: an empty piece, read on.
+                    Poll::Ready(Some(Ok(frame))) => {
+                        Poll::Ready(Ok(Some(frame.into_data().unwrap_or_default())))
+                    }
+                    Poll::Ready(Some(Err(e))) => Poll::Ready(Err(format!("response body: {e:?}"))),
+                    Poll::Ready(None) => Poll::Ready(Ok(None)),
+                    Poll::Pending => match &exchange.failure {
+                        Some(why) if exchange.call.is_none() => Poll::Ready(Err(why.clone())),
+                        _ => Poll::Pending,
+                    },
+                }
+            }));
+            match next {
+                Ok(Some(data)) => self.pending = data,
+                Ok(None) => {
+                    self.done = true;
+                }
+                Err(why) => {
+                    self.exchange.fail(why.clone());
+                    return Err(io::Error::other(why));
+                }
+            }
+        }
+    }
+}

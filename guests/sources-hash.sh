@@ -1,0 +1,9 @@
+#!/bin/sh
+# One line per guest: the sha256 over its sources and the shared util crate
+# and workspace manifest, in a stable order.
+set -eu
+cd "$(dirname "$0")"
+for g in hello echo fetch sleep burn alloc trap fetch-cmd; do
+    h=$(cat Cargo.toml util/Cargo.toml util/src/*.rs "$g/Cargo.toml" "$g"/src/*.rs | sha256sum | cut -d' ' -f1)
+    echo "$h  $g"
+done
