@@ -324,18 +324,26 @@ fn serve_connection(
 ) {
     let conn = Arc::new(conn);
     let mut buf = BytesMut::with_capacity(8 * 1024);
+    // Responses not yet written: pipelined requests are answered with one
+    // write for the batch, flushed before any read that may wait.
+    let mut out: Vec<u8> = Vec::new();
     loop {
         idle.store(buf.is_empty(), Ordering::SeqCst);
         if draining.load(Ordering::SeqCst) && buf.is_empty() {
+            let _ = flush(&conn, &mut out);
             return; // draining: no new request on an idle connection
         }
-        let head = read_head(&conn, &mut buf, config);
+        let head = read_head(&conn, &mut buf, config, &mut out);
         idle.store(false, Ordering::SeqCst);
         let (req, keep_alive, incoming) = match head {
             Head::Request(r, k, i) => (r, k, i),
-            Head::Closed => return,
+            Head::Closed => {
+                let _ = flush(&conn, &mut out);
+                return;
+            }
             Head::Error(status) => {
-                let _ = (&*conn).write_all(&error_response(status));
+                out.extend_from_slice(&error_response(status));
+                let _ = flush(&conn, &mut out);
                 return;
             }
         };
@@ -346,7 +354,8 @@ fn serve_connection(
             Ok(r) => r,
             Err(p) if p.is::<spindle::Cancelled>() => panic::resume_unwind(p),
             Err(_) => {
-                let _ = (&*conn).write_all(&error_response(StatusCode::INTERNAL_SERVER_ERROR));
+                out.extend_from_slice(&error_response(StatusCode::INTERNAL_SERVER_ERROR));
+                let _ = flush(&conn, &mut out);
                 return;
             }
         };
@@ -361,19 +370,28 @@ fn serve_connection(
             } else {
                 StatusCode::BAD_REQUEST
             };
-            let _ = (&*conn).write_all(&error_response(status));
+            out.extend_from_slice(&error_response(status));
+            let _ = flush(&conn, &mut out);
             return;
         }
         // The response goes out first: a streamed response may itself be
         // reading the request body (an echo), so the body lock is not held.
         let keep = keep_alive && !draining.load(Ordering::SeqCst);
-        if write_response(&conn, response, version, is_head, keep).is_err() || !keep {
+        if write_response(&conn, &mut out, response, version, is_head, keep).is_err() {
+            return;
+        }
+        if !keep {
+            let _ = flush(&conn, &mut out);
             return;
         }
         // Then finish the request body: drain what is left, or close.
         let Some(incoming) = incoming else {
             continue; // no body: the buffer holds the next request already
         };
+        // The client may wait for this response before sending the rest.
+        if flush(&conn, &mut out).is_err() {
+            return;
+        }
         let mut inc = incoming.lock().unwrap_or_else(|e| e.into_inner());
         if inc.error.is_some() || !finish_body(&mut inc, config) {
             return;
@@ -412,7 +430,23 @@ fn finish_body(inc: &mut Incoming, config: &ServerConfig) -> bool {
 
 /// Reads and parses one request head. Waits `keep_alive_timeout` for its
 /// first byte, then `header_read_timeout` for the rest.
-fn read_head(conn: &Arc<Stream>, buf: &mut BytesMut, config: &ServerConfig) -> Head {
+/// Writes the buffered responses.
+fn flush(conn: &Stream, out: &mut Vec<u8>) -> io::Result<()> {
+    if out.is_empty() {
+        return Ok(());
+    }
+    let mut c = conn;
+    let r = c.write_all(out);
+    out.clear();
+    r
+}
+
+fn read_head(
+    conn: &Arc<Stream>,
+    buf: &mut BytesMut,
+    config: &ServerConfig,
+    out: &mut Vec<u8>,
+) -> Head {
     let mut started = !buf.is_empty();
     let mut deadline = None;
     loop {
@@ -436,6 +470,10 @@ fn read_head(conn: &Arc<Stream>, buf: &mut BytesMut, config: &ServerConfig) -> H
         } else {
             config.keep_alive_timeout
         };
+        // About to read, maybe to wait: what is answered goes out first.
+        if flush(conn, out).is_err() {
+            return Head::Closed;
+        }
         let _ = conn.set_read_timeout(Some(timeout));
         let mut tmp = [0u8; 8192];
         match (&**conn).read(&mut tmp) {
@@ -605,13 +643,13 @@ fn parse(
 
 fn write_response(
     conn: &Stream,
+    out: &mut Vec<u8>,
     response: Response<Body>,
     version: Version,
     is_head: bool,
     keep_alive: bool,
 ) -> io::Result<()> {
     let (parts, body) = response.into_parts();
-    let mut out = Vec::with_capacity(256);
     let status = parts.status;
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(status.as_str().as_bytes());
@@ -646,40 +684,41 @@ fn write_response(
         || status == StatusCode::NOT_MODIFIED;
     match body.into_kind() {
         Ok(full) => {
-            out.extend_from_slice(b"content-length: ");
-            out.extend_from_slice(full.len().to_string().as_bytes());
-            out.extend_from_slice(b"\r\n\r\n");
+            write!(out, "content-length: {}\r\n\r\n", full.len())?;
             if !no_body {
                 out.extend_from_slice(&full);
             }
-            let mut c = conn;
-            c.write_all(&out)
+            // Batched with the next pipelined responses unless it is big.
+            if out.len() >= 32 * 1024 {
+                flush(conn, out)?;
+            }
+            Ok(())
         }
         Err(mut reader) => {
+            let mut c = conn;
             if version == Version::HTTP_10 {
                 // No chunked encoding in 1.0: stream and close.
                 out.extend_from_slice(b"\r\n");
-                let mut c = conn;
-                c.write_all(&out)?;
+                flush(conn, out)?;
                 if !no_body {
                     io::copy(&mut reader, &mut c)?;
                 }
                 return Err(io::Error::other("HTTP/1.0 stream ends with the connection"));
             }
             out.extend_from_slice(b"transfer-encoding: chunked\r\n\r\n");
-            let mut c = conn;
-            c.write_all(&out)?;
+            flush(conn, out)?;
             if no_body {
                 return Ok(());
             }
             let mut chunk = vec![0u8; 16 * 1024];
+            let mut frame = Vec::with_capacity(chunk.len() + 16);
             loop {
                 let n = reader.read(&mut chunk)?;
                 if n == 0 {
                     break;
                 }
-                let mut frame = Vec::with_capacity(n + 16);
-                frame.extend_from_slice(format!("{n:x}\r\n").as_bytes());
+                frame.clear();
+                write!(frame, "{n:x}\r\n")?;
                 frame.extend_from_slice(&chunk[..n]);
                 frame.extend_from_slice(b"\r\n");
                 c.write_all(&frame)?;

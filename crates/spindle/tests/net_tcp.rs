@@ -157,6 +157,39 @@ fn echo_with_ten_thousand_concurrent_connections() {
 }
 
 #[test]
+fn data_then_shutdown_in_one_edge_reads_to_the_end_promptly() {
+    // A short read marks the stream drained, so the next read waits for an
+    // edge first. If the peer's data and FIN arrived together (one edge,
+    // already consumed), no edge follows: the sticky read-closed state must
+    // let the next read see EOF at once instead of waiting for the timeout.
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    rt.block_on(|| {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let peer = std::thread::spawn(move || {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            std::thread::sleep(Duration::from_millis(50)); // server parks in read
+            s.write_all(b"last words").unwrap();
+            s.shutdown(Shutdown::Write).unwrap();
+            std::thread::sleep(Duration::from_millis(500));
+        });
+        let (conn, _) = listener.accept().unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let started = Instant::now();
+        let mut buf = [0u8; 1024];
+        let n = (&conn).read(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"last words");
+        assert_eq!((&conn).read(&mut buf).unwrap(), 0, "EOF after the data");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "EOF took {:?}: the read waited for an edge that never came",
+            started.elapsed()
+        );
+        peer.join().unwrap();
+    });
+}
+
+#[test]
 fn a_reader_and_a_writer_fiber_share_one_stream() {
     spindle::run(|| {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();

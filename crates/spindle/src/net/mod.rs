@@ -163,6 +163,10 @@ pub(crate) struct Timed<S: AsRawFd + IntoRawFd> {
     sock: Owned<S>,
     pub(crate) read_timeout: Timeout,
     pub(crate) write_timeout: Timeout,
+    /// The last stream read was short: the socket's receive queue was
+    /// empty then, so the next read waits for an edge first instead of
+    /// trying a `recv` that would answer `EAGAIN` (see `reading_stream`).
+    drained: std::sync::atomic::AtomicBool,
 }
 
 impl<S: AsRawFd + IntoRawFd> Timed<S> {
@@ -171,6 +175,7 @@ impl<S: AsRawFd + IntoRawFd> Timed<S> {
             sock: Owned::new(inner),
             read_timeout: Timeout::default(),
             write_timeout: Timeout::default(),
+            drained: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -196,6 +201,28 @@ impl<S: AsRawFd + IntoRawFd> Timed<S> {
             false,
             || op(self.get()),
         )
+    }
+
+    /// A stream read into `len` bytes. A read that returned fewer bytes
+    /// than asked emptied the receive queue; any byte arriving after it
+    /// raises a new edge (epoll is edge-triggered), and a peer's shutdown
+    /// is a sticky `READ_CLOSED`. So the next read can wait for that edge
+    /// before its first `recv`: one syscall per message instead of two
+    /// (tokio clears readiness on a short read for the same reason).
+    pub(crate) fn reading_stream(
+        &self,
+        len: usize,
+        mut op: impl FnMut(&S) -> io::Result<usize>,
+    ) -> io::Result<usize> {
+        let deadline = self.read_timeout.deadline();
+        if len > 0 && self.drained.swap(false, Ordering::Relaxed) && crate::future::can_suspend() {
+            crate::io::wait_fd(self.fd(), READ, deadline, false)?;
+        }
+        let n = retry(self.fd(), Dir::Read, deadline, false, || op(self.get()))?;
+        if n > 0 && n < len {
+            self.drained.store(true, Ordering::Relaxed);
+        }
+        Ok(n)
     }
 
     /// Same for a write-side operation, under the write deadline.

@@ -332,7 +332,9 @@ fn connect_addr(addr: &SocketAddr, deadline: Option<Instant>) -> io::Result<TcpS
 impl Read for &TcpStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let s = *self;
-        s.sock.reading(|mut sock| Read::read(&mut sock, buf))
+        let len = buf.len();
+        s.sock
+            .reading_stream(len, |mut sock| Read::read(&mut sock, buf))
     }
 
     fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {

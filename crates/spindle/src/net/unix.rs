@@ -160,7 +160,9 @@ impl UnixStream {
 impl Read for &UnixStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let s = *self;
-        s.sock.reading(|mut sock| Read::read(&mut sock, buf))
+        let len = buf.len();
+        s.sock
+            .reading_stream(len, |mut sock| Read::read(&mut sock, buf))
     }
 }
 

@@ -196,6 +196,9 @@ impl Poller {
             if flags & (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) != 0 {
                 dirs |= READ;
             }
+            if flags & (libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) != 0 {
+                dirs |= slot::READ_CLOSED;
+            }
             if flags & (libc::EPOLLOUT | libc::EPOLLHUP | libc::EPOLLERR) != 0 {
                 dirs |= WRITE;
             }

@@ -34,6 +34,10 @@ use crate::sched::park::{WaitToken, Wake};
 pub(crate) const READ: u8 = 1;
 /// Writable edge banked.
 pub(crate) const WRITE: u8 = 2;
+/// The peer shut its side, or the socket failed (`EPOLLRDHUP`, `EPOLLHUP`,
+/// `EPOLLERR`): sticky until the fd closes, since no further edge will
+/// come — every read wait from then on returns at once.
+pub(crate) const READ_CLOSED: u8 = 4;
 
 const CHUNK: usize = 1024;
 const CHUNKS: usize = 1024;
@@ -80,7 +84,7 @@ impl Waiters {
     pub(crate) fn take_bit(&mut self, dir: u8) -> bool {
         let had = self.bits & dir != 0;
         self.bits &= !dir;
-        had
+        had || (dir == READ && self.bits & READ_CLOSED != 0)
     }
 
     pub(crate) fn push(&mut self, dir: u8, waiter: IoWaiter) {
@@ -162,6 +166,7 @@ impl FdSlot {
                     w.bits |= dir;
                 }
             }
+            w.bits |= dirs & READ_CLOSED;
         }
         for waiter in woken {
             waiter.wake(Wake::Ready);

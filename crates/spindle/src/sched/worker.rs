@@ -673,8 +673,11 @@ impl Worker {
         // Spin before parking (seed 002), only when the last sleep was cut
         // short by a wake — a closed loop with another thread, where a
         // sleep/wake costs tens of µs of wake-up latency. An idle worker's
-        // sleeps are long, so it does not spin and burns nothing.
-        if self.last_sleep_short.get() && self.spin_for_work() {
+        // sleeps are long, so it does not spin and burns nothing. The spin
+        // watches the queues other workers feed; a lone worker's work comes
+        // from the netpoller and timers, which no spin here would see, so it
+        // goes straight to sleep.
+        if self.last_sleep_short.get() && self.sched.workers.len() > 1 && self.spin_for_work() {
             return;
         }
         let slept_at = Instant::now();
