@@ -2,7 +2,9 @@
 //! whole or streamed.
 
 use std::io::{self, Read};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use spindle::sync::Mutex;
 
 use bytes::{Buf, Bytes, BytesMut};
 
@@ -89,7 +91,7 @@ impl Read for Body {
                 Ok(n)
             }
             Kind::Reader(r) => r.read(buf),
-            Kind::Incoming(i) => i.lock().unwrap_or_else(|e| e.into_inner()).read(buf),
+            Kind::Incoming(i) => i.lock().read(buf),
         }
     }
 }
@@ -170,6 +172,7 @@ impl Incoming {
             Framing::Length(n) => (n, None),
             Framing::Chunked => (0, Some(ChunkState::Size)),
         };
+        let waiting = buf.is_empty();
         Incoming {
             conn,
             buf,
@@ -177,7 +180,8 @@ impl Incoming {
             chunked,
             limit,
             taken: 0,
-            continue_pending: expect_continue && framing != Framing::None,
+            // A client that sent body bytes already is not waiting for 100.
+            continue_pending: expect_continue && framing != Framing::None && waiting,
             error: None,
         }
     }

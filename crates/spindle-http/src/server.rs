@@ -291,7 +291,11 @@ enum Head {
     /// The request, whether the connection may be kept alive, and its
     /// body's reader (`None` when it has no body: the bytes past the head
     /// stay in the connection's buffer).
-    Request(Box<Request<Body>>, bool, Option<Arc<Mutex<Incoming>>>),
+    Request(
+        Box<Request<Body>>,
+        bool,
+        Option<Arc<spindle::sync::Mutex<Incoming>>>,
+    ),
     Closed,
     Error(StatusCode),
 }
@@ -361,9 +365,7 @@ fn serve_connection(
         };
         // A body the handler read past its limit, or malformed: that is
         // the answer, whatever the handler returned.
-        let failed = incoming
-            .as_ref()
-            .and_then(|i| i.lock().unwrap_or_else(|e| e.into_inner()).error);
+        let failed = incoming.as_ref().and_then(|i| i.lock().error);
         if let Some(kind) = failed {
             let status = if kind == io::ErrorKind::FileTooLarge {
                 StatusCode::PAYLOAD_TOO_LARGE
@@ -376,6 +378,18 @@ fn serve_connection(
         }
         // The response goes out first: a streamed response may itself be
         // reading the request body (an echo), so the body lock is not held.
+        // Such a response may need the body the client holds back for
+        // `Expect: 100-continue`: the interim 100 goes out before it. (A
+        // reader holding the lock is in `fill`, which sent the 100 first.)
+        if let Some(incoming) = &incoming {
+            if response.body().as_bytes().is_none() {
+                let mut inc = incoming.lock();
+                if inc.continue_pending {
+                    inc.continue_pending = false;
+                    out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+                }
+            }
+        }
         let keep = keep_alive && !draining.load(Ordering::SeqCst);
         if write_response(&conn, &mut out, response, version, is_head, keep).is_err() {
             return;
@@ -392,7 +406,7 @@ fn serve_connection(
         if flush(&conn, &mut out).is_err() {
             return;
         }
-        let mut inc = incoming.lock().unwrap_or_else(|e| e.into_inner());
+        let mut inc = incoming.lock();
         if inc.error.is_some() || !finish_body(&mut inc, config) {
             return;
         }
@@ -627,7 +641,7 @@ fn parse(
         return Ok(Some(Head::Request(Box::new(req), !close, None)));
     }
     let rest = std::mem::take(buf);
-    let incoming = Arc::new(Mutex::new(Incoming::new(
+    let incoming = Arc::new(spindle::sync::Mutex::new(Incoming::new(
         conn.clone(),
         rest,
         framing,

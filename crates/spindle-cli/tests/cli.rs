@@ -1,0 +1,167 @@
+//! The `spindle` binary end to end: `serve` with the built-in app, Ctrl-C
+//! drain, `run` of a command guest making an outgoing request, `--help`.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const SPINDLE: &str = env!("CARGO_BIN_EXE_spindle");
+
+fn guest(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../guests/wasm")
+        .join(format!("{name}.wasm"))
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// A one-worker spindle-http upstream answering `upstream saw PATH`.
+fn upstream() -> (spindle::Runtime, std::net::SocketAddr) {
+    let rt = spindle::Runtime::builder().workers(1).build().unwrap();
+    let addr = rt.block_on(|| {
+        let server = spindle_http::Server::bind("127.0.0.1:0").unwrap();
+        let addr = server.local_addr().unwrap();
+        spindle::spawn(move || {
+            server.serve(|req| {
+                spindle_http::Response::new(spindle_http::Body::from(format!(
+                    "upstream saw {}",
+                    req.uri().path()
+                )))
+            })
+        });
+        addr
+    });
+    (rt, addr)
+}
+
+#[test]
+fn serve_without_an_app_answers_hello_and_drains_on_ctrl_c() {
+    let mut child = Command::new(SPINDLE)
+        .args(["serve", "--listen", "127.0.0.1:0", "--workers", "1"])
+        .env(
+            "XDG_CACHE_HOME",
+            std::env::temp_dir().join("spindle-cli-test-cache"),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    // "spindle: serving built-in hello on http://127.0.0.1:PORT/"
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", &url])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "Hello, World!");
+
+    // Ctrl-C: drain and exit 0.
+    Command::new("sh")
+        .args(["-c", &format!("kill -INT {}", child.id())])
+        .status()
+        .unwrap();
+    let mut waited = 0;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(waited < 150, "spindle serve did not exit after SIGINT");
+        std::thread::sleep(Duration::from_millis(100));
+        waited += 1;
+    };
+    assert!(status.success(), "{status:?}");
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(err.contains("draining"), "{err}");
+}
+
+#[test]
+fn run_executes_a_command_guest_with_an_outgoing_request() {
+    let (_rt, addr) = upstream();
+    let out = Command::new(SPINDLE)
+        .args([
+            "run",
+            "--env",
+            "GREETING=hi there",
+            "--allow-outbound",
+            &format!("127.0.0.1:{}", addr.port()),
+            &guest("fetch-cmd"),
+            &format!("http://127.0.0.1:{}/from-cmd", addr.port()),
+        ])
+        .env(
+            "XDG_CACHE_HOME",
+            std::env::temp_dir().join("spindle-cli-test-cache"),
+        )
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("greeting: hi there"), "{stdout}");
+    assert!(stdout.contains("status: 200"), "{stdout}");
+    assert!(stdout.contains("body: upstream saw /from-cmd"), "{stdout}");
+
+    // Without the grant the request is denied and the guest exits 1.
+    let out = Command::new(SPINDLE)
+        .args([
+            "run",
+            &guest("fetch-cmd"),
+            &format!("http://127.0.0.1:{}/", addr.port()),
+        ])
+        .env(
+            "XDG_CACHE_HOME",
+            std::env::temp_dir().join("spindle-cli-test-cache"),
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("HttpRequestDenied"), "{stderr}");
+}
+
+#[test]
+fn help_names_every_flag_and_bad_flags_are_clear_errors() {
+    let out = Command::new(SPINDLE).arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--listen",
+        "--workers",
+        "--max-concurrent",
+        "--fuel-yield",
+        "--fuel-limit",
+        "--memory-limit",
+        "--timeout",
+        "--allow-outbound",
+        "--env",
+    ] {
+        assert!(help.contains(flag), "--help does not explain {flag}");
+    }
+    let out = Command::new(SPINDLE)
+        .args(["serve", "--memory-limit", "lots"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--memory-limit"));
+    let out = Command::new(SPINDLE)
+        .args(["serve", "/nonexistent/app.wasm"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/app.wasm"));
+}

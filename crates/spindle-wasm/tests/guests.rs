@@ -1,0 +1,346 @@
+//! Every example guest served by spindle-wasm, checked with real HTTP
+//! clients (curl, raw sockets, spindle-http's client): streaming, outgoing
+//! requests, clocks, fuel, deadlines, memory limits, traps and admission.
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use spindle::Runtime;
+use spindle_wasm::{Host, HostConfig};
+
+fn guest(name: &str) -> Vec<u8> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../guests/wasm")
+        .join(format!("{name}.wasm"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Compiled code goes to a per-process temporary cache, so tests do not
+/// depend on (or fill) the user's.
+fn config() -> HostConfig {
+    let dir = std::env::temp_dir().join(format!("spindle-wasm-test-cache-{}", std::process::id()));
+    HostConfig::default()
+        .max_concurrent(2000)
+        .cache_dir(Some(dir))
+}
+
+/// Serves `wasm` on a fresh runtime with `workers` workers.
+fn serve(name: &str, workers: usize, config: HostConfig) -> (Runtime, SocketAddr) {
+    let host = Host::new(&guest(name), config).expect("the guest compiles and links");
+    let rt = Runtime::builder().workers(workers).build().unwrap();
+    let addr = rt.block_on(move || {
+        let server = spindle_http::Server::bind("127.0.0.1:0").unwrap();
+        let addr = server.local_addr().unwrap();
+        spindle::spawn(move || server.serve(move |req| host.handle(req)));
+        addr
+    });
+    (rt, addr)
+}
+
+/// `GET path` over a fresh connection: (status, body).
+fn get(addr: SocketAddr, path: &str, headers: &str) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: test\r\n{headers}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {text:?}"));
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    // Undo chunking, if any, for the checks below.
+    let body = if text
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    (status, body)
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = &rest[n + 2..];
+    }
+    out
+}
+
+#[test]
+fn hello_with_curl() {
+    let (_rt, addr) = serve("hello", 1, config());
+    let out = Command::new("curl")
+        .args(["-sS", "-i", "--max-time", "10", &format!("http://{addr}/")])
+        .output()
+        .expect("curl runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains("content-length: 13"), "{text}");
+    assert!(text.ends_with("Hello, World!"), "{text}");
+    // Keep-alive: several requests on one curl connection.
+    let url = format!("http://{addr}/");
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", &url, &url, &url])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "Hello, World!".repeat(3)
+    );
+}
+
+#[test]
+fn echo_streams_a_large_chunked_upload_back() {
+    let (_rt, addr) = serve("echo", 2, config());
+    let dir = std::env::temp_dir().join(format!("spindle-echo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("in");
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&input, &data).unwrap();
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "30",
+            "-H",
+            "Transfer-Encoding: chunked",
+            "--data-binary",
+            &format!("@{}", input.display()),
+            &format!("http://{addr}/echo"),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout.len(), data.len());
+    assert!(out.stdout == data, "the echo differs from the upload");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_thousand_concurrent_sleeps_on_one_worker_take_about_the_sleep_time() {
+    let (_rt, addr) = serve("sleep", 1, config());
+    // Warm up the pool and the code.
+    assert_eq!(get(addr, "/?ms=1", "").0, 200);
+    let clients = Runtime::builder().workers(1).build().unwrap();
+    let started = Instant::now();
+    let results = clients.block_on(move || {
+        let handles: Vec<_> = (0..1000)
+            .map(|_| {
+                spindle::spawn(move || {
+                    let c = spindle_http::Client::new().request_timeout(Duration::from_secs(30));
+                    let r = c.get(&format!("http://{addr}/?ms=500")).unwrap();
+                    (r.status().as_u16(), r.into_body().into_vec().unwrap())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    let took = started.elapsed();
+    assert!(results
+        .iter()
+        .all(|(s, b)| *s == 200 && b == b"slept 500 ms"));
+    // One after another they would take 500 s; concurrently, the sleep
+    // time plus overhead.
+    assert!(took < Duration::from_secs(5), "1000 sleeps took {took:?}");
+}
+
+#[test]
+fn hello_answers_on_one_worker_while_two_burns_run() {
+    let config = config()
+        .fuel_limit(u64::MAX)
+        .timeout(Duration::from_secs(60));
+    // Both apps on one runtime with one worker.
+    let burn = Host::new(&guest("burn"), config).unwrap();
+    let hello = Host::new(&guest("hello"), self::config()).unwrap();
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let (addr, hello_addr) = rt.block_on(move || {
+        let a = spindle_http::Server::bind("127.0.0.1:0").unwrap();
+        let b = spindle_http::Server::bind("127.0.0.1:0").unwrap();
+        let addrs = (a.local_addr().unwrap(), b.local_addr().unwrap());
+        spindle::spawn(move || a.serve(move |req| burn.handle(req)));
+        spindle::spawn(move || b.serve(move |req| hello.handle(req)));
+        addrs
+    });
+    let burns: Vec<_> = (0..2)
+        .map(|_| std::thread::spawn(move || get(addr, "/?n=3000000000", "")))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300)); // both are burning now
+    let started = Instant::now();
+    let (status, body) = get(hello_addr, "/", "");
+    let took = started.elapsed();
+    assert_eq!((status, body.as_str()), (200, "Hello, World!"));
+    assert!(
+        burns.iter().all(|b| !b.is_finished()),
+        "the burns should still be running"
+    );
+    assert!(
+        took < Duration::from_secs(2),
+        "a small request waited {took:?} behind the burns"
+    );
+    for b in burns {
+        assert_eq!(b.join().unwrap().0, 200);
+    }
+}
+
+#[test]
+fn runaway_guests_get_500_and_the_server_goes_on() {
+    // Fuel budget.
+    let (_rt, addr) = serve("burn", 1, config().fuel_limit(50_000_000));
+    let (status, _) = get(addr, "/?n=10000000000", "");
+    assert_eq!(status, 500);
+    assert_eq!(get(addr, "/?n=1000", "").0, 200);
+    // Wall-clock deadline.
+    let (_rt2, addr2) = serve(
+        "burn",
+        1,
+        config()
+            .fuel_limit(u64::MAX)
+            .timeout(Duration::from_millis(300)),
+    );
+    let started = Instant::now();
+    assert_eq!(get(addr2, "/?n=100000000000", "").0, 500);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(get(addr2, "/?n=1000", "").0, 200);
+}
+
+#[test]
+fn memory_bomb_and_trap_are_500_for_that_request_only() {
+    let (_rt, addr) = serve("alloc", 1, config().memory_limit(32 << 20));
+    assert_eq!(get(addr, "/?mib=4", ""), (200, "allocated 4 MiB".into()));
+    assert_eq!(get(addr, "/?mib=100", "").0, 500);
+    assert_eq!(get(addr, "/?mib=2", "").0, 200);
+    let (_rt2, addr2) = serve("trap", 1, config());
+    assert_eq!(get(addr2, "/", "").0, 500);
+    assert_eq!(get(addr2, "/", "").0, 500, "a trap is per request");
+}
+
+#[test]
+fn fetch_goes_out_through_the_allow_list() {
+    // A local upstream on spindle-http.
+    let upstream_rt = Runtime::builder().workers(1).build().unwrap();
+    let upstream = upstream_rt.block_on(|| {
+        let server = spindle_http::Server::bind("127.0.0.1:0").unwrap();
+        let addr = server.local_addr().unwrap();
+        spindle::spawn(move || {
+            server.serve(|req| {
+                spindle_http::Response::new(spindle_http::Body::from(format!(
+                    "upstream saw {}",
+                    req.uri().path()
+                )))
+            })
+        });
+        addr
+    });
+    // A port nobody listens on.
+    let refused = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let allow = format!("127.0.0.1:{},127.0.0.1:{}", upstream.port(), refused.port());
+    let (_rt, addr) = serve("fetch", 2, config().allow_outbound(&allow).unwrap());
+
+    let (status, body) = get(
+        addr,
+        "/",
+        &format!("x-fetch-url: http://127.0.0.1:{}/hi\r\n", upstream.port()),
+    );
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "upstream 200: upstream saw /hi")
+    );
+
+    let started = Instant::now();
+    let (status, body) = get(
+        addr,
+        "/",
+        &format!("x-fetch-url: http://127.0.0.1:{}/\r\n", refused.port()),
+    );
+    assert_eq!(status, 502, "{body}");
+    assert!(body.contains("ConnectionRefused"), "{body}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "refused must not hang"
+    );
+
+    // Not on the list: denied, not attempted.
+    let (status, body) = get(addr, "/", "x-fetch-url: http://127.0.0.2:9/\r\n");
+    assert_eq!(status, 502, "{body}");
+    assert!(body.contains("HttpRequestDenied"), "{body}");
+}
+
+#[test]
+fn past_the_cap_requests_queue_then_get_503() {
+    let config = config()
+        .max_concurrent(2)
+        .queue(1, Duration::from_millis(200));
+    let (_rt, addr) = serve("sleep", 1, config);
+    let slow: Vec<_> = (0..2)
+        .map(|_| std::thread::spawn(move || get(addr, "/?ms=1500", "")))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    // Third waits 200 ms in the queue, then 503.
+    let queued = std::thread::spawn(move || get(addr, "/?ms=1", ""));
+    std::thread::sleep(Duration::from_millis(50));
+    // Fourth finds the queue full: 503 at once.
+    assert_eq!(get(addr, "/?ms=1", "").0, 503);
+    assert_eq!(queued.join().unwrap().0, 503);
+    for s in slow {
+        assert_eq!(s.join().unwrap().0, 200);
+    }
+    assert_eq!(get(addr, "/?ms=1", "").0, 200, "slots come back");
+}
+
+#[test]
+fn committed_wasm_matches_the_guest_sources() {
+    let guests = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../guests");
+    let out = Command::new("sh")
+        .arg(guests.join("sources-hash.sh"))
+        .output()
+        .expect("sh runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let now = String::from_utf8_lossy(&out.stdout).into_owned();
+    let committed = std::fs::read_to_string(guests.join("wasm/SOURCES.sha256")).unwrap();
+    assert_eq!(
+        now, committed,
+        "a guest's source changed but its .wasm was not rebuilt: run guests/build.sh"
+    );
+}
+
+#[test]
+fn allow_list_parsing() {
+    let mut a = spindle_wasm::AllowList::default();
+    assert!(a.add("example.com:443, [::1]:8080, *:9000").is_ok());
+    assert!(a.allows("example.com", 443));
+    assert!(!a.allows("example.com", 80));
+    assert!(a.allows("::1", 8080));
+    assert!(a.allows("anything", 9000));
+    assert!(a.add("host:notaport").is_err());
+}
