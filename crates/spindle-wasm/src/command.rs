@@ -6,15 +6,13 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use wasmtime::component::{Component, ResourceTable};
-use wasmtime::{Store, StoreLimitsBuilder};
+use wasmtime::component::Component;
+use wasmtime::Store;
 use wasmtime_wasi::p2::bindings::CommandPre;
 use wasmtime_wasi::WasiCtx;
-use wasmtime_wasi_http::WasiHttpCtx;
 
 use crate::config::HostConfig;
 use crate::host::{engine, linker, GuestState};
-use crate::outbound::OutboundHooks;
 
 /// Runs the command component `wasm` with `args` (`args[0]` is its name)
 /// and returns its exit status. Must be called on a Spindle fiber or
@@ -36,19 +34,7 @@ pub fn run_command(wasm: &[u8], args: &[String], config: HostConfig) -> wasmtime
     let tag: Arc<str> = Arc::from(args.first().map(String::as_str).unwrap_or("command"));
     let mut wasi = WasiCtx::builder();
     wasi.inherit_stdio().envs(&config.env).args(args);
-    let state = GuestState {
-        wasi: wasi.build(),
-        http: WasiHttpCtx::new(),
-        table: ResourceTable::new(),
-        limits: StoreLimitsBuilder::new()
-            .memory_size(config.memory_limit)
-            .build(),
-        hooks: OutboundHooks {
-            allow: config.allow.clone(),
-            client: spindle_http::Client::new(),
-            tag,
-        },
-    };
+    let state = GuestState::new(&config, wasi.build(), spindle_http::Client::new(), tag);
     let mut store = Store::new(&engine, state);
     store.limiter(|s| &mut s.limits);
     store.set_fuel(u64::MAX)?;

@@ -38,6 +38,32 @@ pub(crate) struct GuestState {
     pub(crate) hooks: OutboundHooks,
 }
 
+impl GuestState {
+    /// The state of a new store: `wasi` as the caller built it, the
+    /// memory limit and outbound grants of `config`, `tag` naming the
+    /// request or command in log lines.
+    pub(crate) fn new(
+        config: &HostConfig,
+        wasi: WasiCtx,
+        client: spindle_http::Client,
+        tag: Arc<str>,
+    ) -> GuestState {
+        GuestState {
+            wasi,
+            http: WasiHttpCtx::new(),
+            table: ResourceTable::new(),
+            limits: wasmtime::StoreLimitsBuilder::new()
+                .memory_size(config.memory_limit)
+                .build(),
+            hooks: OutboundHooks {
+                allow: config.allow.clone(),
+                client,
+                tag,
+            },
+        }
+    }
+}
+
 impl WasiView for GuestState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView {

@@ -51,16 +51,14 @@ use bytes::{Buf, Bytes, BytesMut};
 use http_body::{Body as _, Frame};
 use http_body_util::{BodyExt, Empty};
 use spindle_http::{Body, Request, Response, StatusCode};
-use wasmtime::component::ResourceTable;
-use wasmtime::{Store, StoreLimitsBuilder};
+use wasmtime::Store;
 use wasmtime_wasi::WasiCtx;
 use wasmtime_wasi_http::p2::bindings::http::types::{ErrorCode, Scheme};
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
-use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpView};
+use wasmtime_wasi_http::WasiHttpView;
 
 use crate::host::{Admission, GuestState, HostInner};
 use crate::log::GuestLog;
-use crate::outbound::OutboundHooks;
 
 /// How much of a guest's body is taken whole before streaming instead.
 const WHOLE_BODY_LIMIT: usize = 256 * 1024;
@@ -81,19 +79,7 @@ pub(crate) fn new_store(host: &HostInner, tag: Arc<str>, args: &[String]) -> Sto
         .stderr(GuestLog::new(tag.clone(), "stderr"))
         .envs(&config.env)
         .args(args);
-    let state = GuestState {
-        wasi: wasi.build(),
-        http: WasiHttpCtx::new(),
-        table: ResourceTable::new(),
-        limits: StoreLimitsBuilder::new()
-            .memory_size(config.memory_limit)
-            .build(),
-        hooks: OutboundHooks {
-            allow: config.allow.clone(),
-            client: host.client.clone(),
-            tag,
-        },
-    };
+    let state = GuestState::new(config, wasi.build(), host.client.clone(), tag);
     let mut store = Store::new(host.pre.engine(), state);
     store.limiter(|s| &mut s.limits);
     // Fuel is on in every engine we build, so these cannot fail.

@@ -1,0 +1,257 @@
+#!/usr/bin/env python3
+"""WebAssembly host benchmark (issue 6): `spindle serve` against
+`wasmtime serve` 48.0.8 on the same components from guests/wasm, each
+server pinned to CPU 1 (spindle with one worker), the load on CPU 0,
+interleaved rounds, medians. Both instantiate a fresh instance per request
+with the pooling allocator.
+
+Rows:
+  hello     wrk -c50 on hello.wasm: requests/s, p99, server CPU per request
+  sleep     RSS of the server while 1000 requests each sleep 2 s in the
+            guest (WASI monotonic-clock pollable)
+  outbound  RSS while 1000 requests each wait on an outgoing request to a
+            slow local server (it answers after 2 s)
+  burn      seed 000's measurement: latency of a tiny request every 20 ms,
+            alone and while 4 clients keep long burn requests running
+
+    python3 bench/wasm.py [--rounds 3] [--secs 5]
+
+wasmtime-cli is built once into target/wasmtime-cli (cargo install).
+"""
+import argparse
+import asyncio
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+SPINDLE = os.path.join(ROOT, "target", "release", "spindle")
+WASMTIME = os.path.join(ROOT, "target", "wasmtime-cli", "bin", "wasmtime")
+GUESTS = os.path.join(ROOT, "guests", "wasm")
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def build():
+    subprocess.run(["cargo", "build", "--release", "-q", "-p", "spindle-cli"], cwd=ROOT, check=True)
+    if not os.path.exists(WASMTIME):
+        subprocess.run(["cargo", "install", "-q", "wasmtime-cli", "--version", "48.0.8", "--locked",
+                        "--root", os.path.dirname(os.path.dirname(WASMTIME))], check=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(server, wasm, port, extra_allow=None):
+    """Starts a server on CPU 1 and waits until it answers TCP."""
+    app = os.path.join(GUESTS, wasm)
+    if server == "spindle":
+        cmd = [SPINDLE, "serve", app, "--listen", f"127.0.0.1:{port}", "--workers", "1",
+               "--max-concurrent", "1100", "--timeout", "60", "--fuel-limit", "100000000000000"]
+        if extra_allow:
+            cmd += ["--allow-outbound", extra_allow]
+    else:
+        cmd = [WASMTIME, "serve", "-Scli", "-Opooling-allocator=y", "--addr", f"127.0.0.1:{port}", app]
+    p = subprocess.Popen(["taskset", "-c", "1"] + cmd, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    for _ in range(300):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return p
+        except OSError:
+            time.sleep(0.05)
+    p.kill()
+    raise RuntimeError(f"{server} did not start")
+
+
+def stop(p):
+    p.kill()
+    p.wait()
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def rss_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def to_ms(text):
+    m = re.match(r"([0-9.]+)(us|ms|s)", text)
+    v, unit = float(m.group(1)), m.group(2)
+    return v / 1000 if unit == "us" else v * 1000 if unit == "s" else v
+
+
+def hello(server, secs):
+    port = free_port()
+    p = start(server, "hello.wasm", port)
+    url = f"http://127.0.0.1:{port}/"
+    subprocess.run(["wrk", "-t1", "-c50", "-d1s", url], capture_output=True)
+    c0 = cpu_seconds(p.pid)
+    out = subprocess.run(["taskset", "-c", "0", "wrk", "-t1", "-c50", f"-d{secs}s", "--latency", url],
+                         capture_output=True, text=True).stdout
+    c1 = cpu_seconds(p.pid)
+    stop(p)
+    rps = float(re.search(r"Requests/sec:\s+([0-9.]+)", out).group(1))
+    total = int(re.search(r"(\d+) requests in", out).group(1))
+    p99 = to_ms(re.search(r"99%\s+(\S+)", out).group(1))
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return {"rps": rps, "p99": p99, "cpu_us": (c1 - c0) / max(total, 1) * 1e6,
+            "errors": int(bad.group(1)) if bad else 0}
+
+
+async def _concurrent(port, path, headers, n, sample, pid):
+    """n concurrent requests; RSS sampled `sample` s after all are sent."""
+    async def one():
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n{headers}Connection: close\r\n\r\n".encode())
+        await w.drain()
+        data = await r.read()
+        w.close()
+        return data.split(b" ", 2)[1] if data else b"none"
+
+    tasks = [asyncio.create_task(one()) for _ in range(n)]
+    await asyncio.sleep(sample)
+    rss = rss_mib(pid)
+    statuses = await asyncio.gather(*tasks)
+    return rss, sum(1 for s in statuses if s == b"200")
+
+
+def slow_upstream(port, delay):
+    """A local server answering every request after `delay` seconds."""
+    async def handle(r, w):
+        await r.readuntil(b"\r\n\r\n")
+        await asyncio.sleep(delay)
+        w.write(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\nconnection: close\r\n\r\nslow")
+        await w.drain()
+        w.close()
+
+    async def main():
+        server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=4096)
+        async with server:
+            await server.serve_forever()
+
+    threading.Thread(target=lambda: asyncio.run(main()), daemon=True).start()
+
+
+def parked(server, kind, upstream_port):
+    port = free_port()
+    if kind == "sleep":
+        p = start(server, "sleep.wasm", port)
+        path, headers = "/?ms=2000", ""
+    else:
+        p = start(server, "fetch.wasm", port, extra_allow=f"127.0.0.1:{upstream_port}")
+        path, headers = "/", f"x-fetch-url: http://127.0.0.1:{upstream_port}/\r\n"
+    idle = rss_mib(p.pid)
+    rss, ok = asyncio.run(_concurrent(port, path, headers, 1000, 1.5, p.pid))
+    stop(p)
+    return {"idle_mib": idle, "rss_mib": rss, "ok": ok}
+
+
+def probe(port, secs):
+    """Latency (ms) of a tiny request every 20 ms for `secs`."""
+    lat = []
+    end = time.time() + secs
+    while time.time() < end:
+        t = time.perf_counter()
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(b"GET /?n=10 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        while s.recv(65536):
+            pass
+        s.close()
+        lat.append((time.perf_counter() - t) * 1000)
+        time.sleep(0.02)
+    return lat
+
+
+def burn(server, secs):
+    port = free_port()
+    p = start(server, "burn.wasm", port)
+    alone = probe(port, secs / 2)
+    stop_flag = threading.Event()
+
+    def burner():
+        while not stop_flag.is_set():
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(b"GET /?n=200000000 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            while s.recv(65536):
+                pass
+            s.close()
+
+    threads = [threading.Thread(target=burner, daemon=True) for _ in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    loaded = probe(port, secs)
+    stop_flag.set()
+    stop(p)
+    q = lambda xs, f: sorted(xs)[min(len(xs) - 1, int(len(xs) * f))]
+    return {"alone_p50": q(alone, 0.5), "alone_p99": q(alone, 0.99),
+            "loaded_p50": q(loaded, 0.5), "loaded_p99": q(loaded, 0.99)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--secs", type=int, default=5)
+    args = ap.parse_args()
+    build()
+    upstream_port = free_port()
+    slow_upstream(upstream_port, 2.0)
+    servers = ["spindle", "wasmtime"]
+    res = {(s, k): [] for s in servers for k in ("hello", "sleep", "outbound", "burn")}
+    for r in range(args.rounds):
+        order = servers if r % 2 == 0 else servers[::-1]
+        for s in order:
+            res[(s, "hello")].append(hello(s, args.secs))
+        for s in order:
+            res[(s, "sleep")].append(parked(s, "sleep", upstream_port))
+        for s in order:
+            res[(s, "outbound")].append(parked(s, "outbound", upstream_port))
+        for s in order:
+            res[(s, "burn")].append(burn(s, args.secs))
+        print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+
+    def med(s, k, f):
+        return statistics.median(x[f] for x in res[(s, k)])
+
+    names = {"spindle": "spindle serve (1 worker)", "wasmtime": "wasmtime serve 48.0.8"}
+    print(f"\n{args.rounds} interleaved rounds; server on CPU 1, load on CPU 0; medians.\n")
+    print("**hello.wasm, wrk -c50**\n")
+    print("| server | requests/s | p99 ms | CPU µs/request | non-2xx |")
+    print("|---|---|---|---|---|")
+    for s in servers:
+        print(f"| {names[s]} | {med(s, 'hello', 'rps'):.0f} | {med(s, 'hello', 'p99'):.2f} | "
+              f"{med(s, 'hello', 'cpu_us'):.1f} | {med(s, 'hello', 'errors'):.0f} |")
+    print("\n**RSS with 1000 requests in flight** (MiB; idle = before the load)\n")
+    print("| server | idle | 1000 × sleep 2 s | answered | 1000 × outgoing to a 2 s server | answered |")
+    print("|---|---|---|---|---|---|")
+    for s in servers:
+        print(f"| {names[s]} | {med(s, 'sleep', 'idle_mib'):.1f} | {med(s, 'sleep', 'rss_mib'):.1f} | "
+              f"{med(s, 'sleep', 'ok'):.0f} | {med(s, 'outbound', 'rss_mib'):.1f} | "
+              f"{med(s, 'outbound', 'ok'):.0f} |")
+    print("\n**Tiny request every 20 ms, alone and beside 4 looping burn requests** (ms)\n")
+    print("| server | alone p50 | alone p99 | with burns p50 | with burns p99 |")
+    print("|---|---|---|---|---|")
+    for s in servers:
+        print(f"| {names[s]} | {med(s, 'burn', 'alone_p50'):.2f} | {med(s, 'burn', 'alone_p99'):.2f} | "
+              f"{med(s, 'burn', 'loaded_p50'):.2f} | {med(s, 'burn', 'loaded_p99'):.2f} |")
+
+
+if __name__ == "__main__":
+    main()
