@@ -83,6 +83,24 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def thread_cpu(pid):
+    """(all threads', tokio threads') CPU seconds so far."""
+    total = tokio = 0.0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                raw = f.read()
+        except OSError:
+            continue
+        name = raw[raw.index("(") + 1:raw.rindex(")")]
+        fields = raw.rsplit(")", 1)[1].split()
+        t = (int(fields[11]) + int(fields[12])) / TICK
+        total += t
+        if name.startswith("tokio"):
+            tokio += t
+    return total, tokio
+
+
 def rss_mib(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -158,9 +176,12 @@ def parked(server, kind, upstream_port):
         p = start(server, "fetch.wasm", port, extra_allow=f"127.0.0.1:{upstream_port}")
         path, headers = "/", f"x-fetch-url: http://127.0.0.1:{upstream_port}/\r\n"
     idle = rss_mib(p.pid)
+    c0, t0 = thread_cpu(p.pid)
     rss, ok = asyncio.run(_concurrent(port, path, headers, 1000, 1.5, p.pid))
+    c1, t1 = thread_cpu(p.pid)
     stop(p)
-    return {"idle_mib": idle, "rss_mib": rss, "ok": ok}
+    return {"idle_mib": idle, "rss_mib": rss, "ok": ok, "cpu_ms": (c1 - c0) * 1000,
+            "tokio_ms": (t1 - t0) * 1000}
 
 
 def probe(port, secs):
@@ -187,11 +208,14 @@ def burn(server, secs):
 
     def burner():
         while not stop_flag.is_set():
-            s = socket.create_connection(("127.0.0.1", port))
-            s.sendall(b"GET /?n=200000000 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            while s.recv(65536):
-                pass
-            s.close()
+            try:
+                s = socket.create_connection(("127.0.0.1", port))
+                s.sendall(b"GET /?n=200000000 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                while s.recv(65536):
+                    pass
+                s.close()
+            except OSError:
+                return  # the server was stopped
 
     threads = [threading.Thread(target=burner, daemon=True) for _ in range(4)]
     for t in threads:
@@ -245,6 +269,12 @@ def main():
         print(f"| {names[s]} | {med(s, 'sleep', 'idle_mib'):.1f} | {med(s, 'sleep', 'rss_mib'):.1f} | "
               f"{med(s, 'sleep', 'ok'):.0f} | {med(s, 'outbound', 'rss_mib'):.1f} | "
               f"{med(s, 'outbound', 'ok'):.0f} |")
+    print("\n**CPU for the 1000 parked requests** (ms, whole run; tokio = threads named tokio-*)\n")
+    print("| server | sleep: all threads | sleep: tokio | outgoing: all threads | outgoing: tokio |")
+    print("|---|---|---|---|---|")
+    for s in servers:
+        print(f"| {names[s]} | {med(s, 'sleep', 'cpu_ms'):.0f} | {med(s, 'sleep', 'tokio_ms'):.0f} | "
+              f"{med(s, 'outbound', 'cpu_ms'):.0f} | {med(s, 'outbound', 'tokio_ms'):.0f} |")
     print("\n**Tiny request every 20 ms, alone and beside 4 looping burn requests** (ms)\n")
     print("| server | alone p50 | alone p99 | with burns p50 | with burns p99 |")
     print("|---|---|---|---|---|")

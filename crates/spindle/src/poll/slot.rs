@@ -146,6 +146,9 @@ impl FdSlot {
     /// Records an edge from the poller: wakes the waiters of each ready
     /// direction, or banks the edge when there are none.
     pub(crate) fn deliver(&self, generation: u32, dirs: u8) {
+        // Usually one waiter per direction: those go in `first`, without
+        // allocating; more spill into `woken`.
+        let mut first: [Option<IoWaiter>; 2] = [None, None];
         let mut woken: Vec<IoWaiter> = Vec::new();
         {
             let mut w = self.lock();
@@ -161,14 +164,18 @@ impl FdSlot {
                 // at the bit on its next poll, so for it the edge is banked
                 // as well as delivered.
                 let bank = list.is_empty() || list.iter().any(|x| matches!(x, IoWaiter::Waker(_)));
-                woken.append(list);
+                if list.len() == 1 {
+                    first[(dir == WRITE) as usize] = list.pop();
+                } else {
+                    woken.append(list);
+                }
                 if bank {
                     w.bits |= dir;
                 }
             }
             w.bits |= dirs & READ_CLOSED;
         }
-        for waiter in woken {
+        for waiter in first.into_iter().flatten().chain(woken) {
             waiter.wake(Wake::Ready);
         }
     }
