@@ -81,6 +81,8 @@ def cpu_seconds(pid):
 
 def to_ms(text):
     m = re.match(r"([0-9.]+)(us|ms|s)", text)
+    if not m:
+        return float("nan")  # wrk prints -nan when it has no latency sample
     v, unit = float(m.group(1)), m.group(2)
     return v / 1000 if unit == "us" else v * 1000 if unit == "s" else v
 
@@ -99,7 +101,8 @@ def one(cmd, conns, secs, extra, scheme="http"):
     p.wait()
     rps = float(re.search(r"Requests/sec:\s+([0-9.]+)", out).group(1))
     total = int(re.search(r"(\d+) requests in", out).group(1))
-    p99 = to_ms(re.search(r"99%\s+(\S+)", out).group(1))
+    m99 = re.search(r"99%\s+(\S+)", out)
+    p99 = to_ms(m99.group(1)) if m99 else float("nan")
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)|Socket errors: (.*)", out)
     return rps, (c1 - c0) / max(total, 1) * 1e6, p99, errors.group(0) if errors else ""
 

@@ -59,7 +59,14 @@ def start(server, wasm, port, extra_allow=None):
         if extra_allow:
             cmd += ["--allow-outbound", extra_allow]
     else:
-        cmd = [WASMTIME, "serve", "-Scli", "-Opooling-allocator=y", "--addr", f"127.0.0.1:{port}", app]
+        # The same pool sizing spindle-wasm derives from --max-concurrent
+        # 1100 (wasmtime's defaults hold only 1000 core instances: 333 of
+        # these three-module components).
+        pool = ["pooling-allocator=y", "pooling-total-component-instances=1100",
+                "pooling-total-core-instances=8800", "pooling-total-memories=2200",
+                "pooling-total-tables=8800", "pooling-total-stacks=1100",
+                f"pooling-max-memory-size={128 << 20}"]
+        cmd = [WASMTIME, "serve", "-Scli"] + [f"-O{o}" for o in pool] + ["--addr", f"127.0.0.1:{port}", app]
     p = subprocess.Popen(["taskset", "-c", "1"] + cmd, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)
     for _ in range(300):

@@ -1,4 +1,5 @@
-//! spindle-http: an HTTP/1.1 server on Spindle fibers.
+//! spindle-http: an HTTP/1.1 server and client on Spindle fibers, with
+//! TLS (rustls).
 //!
 //! A handler is an ordinary function `Fn(Request<Body>) -> Response<Body>`
 //! run on the connection's own fiber: it may read the request body, sleep,
@@ -22,7 +23,7 @@
 //! |---|---|
 //! | `server` | the accept loop, a connection's request loop, parsing, responses |
 //! | `body` | [`Body`]: streamed request bodies (length or chunked), whole or streamed responses |
-//! | `client` | [`Client`]: requests with a keep-alive pool per origin |
+//! | `client` | [`Client`]: `http://` and `https://` requests with a keep-alive pool per origin |
 //! | `config` | [`ServerConfig`]: limits and timeouts |
 //! | `date` | the cached `Date` header |
 //! | `stream` | plain TCP or TLS: one reader and one writer at once over a split rustls session |

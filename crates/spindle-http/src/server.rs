@@ -331,13 +331,16 @@ fn serve_connection(
     // Responses not yet written: pipelined requests are answered with one
     // write for the batch, flushed before any read that may wait.
     let mut out: Vec<u8> = Vec::new();
+    // What each socket read lands in before it joins `buf`: zeroed once
+    // per connection, not once per read as a stack array would be.
+    let mut scratch = vec![0u8; 8 * 1024];
     loop {
         idle.store(buf.is_empty(), Ordering::SeqCst);
         if draining.load(Ordering::SeqCst) && buf.is_empty() {
             let _ = flush(&conn, &mut out);
             return; // draining: no new request on an idle connection
         }
-        let head = read_head(&conn, &mut buf, config, &mut out);
+        let head = read_head(&conn, &mut buf, config, &mut out, &mut scratch);
         idle.store(false, Ordering::SeqCst);
         let (req, keep_alive, incoming) = match head {
             Head::Request(r, k, i) => (r, k, i),
@@ -460,6 +463,7 @@ fn read_head(
     buf: &mut BytesMut,
     config: &ServerConfig,
     out: &mut Vec<u8>,
+    scratch: &mut [u8],
 ) -> Head {
     let mut started = !buf.is_empty();
     let mut deadline = None;
@@ -489,11 +493,10 @@ fn read_head(
             return Head::Closed;
         }
         let _ = conn.set_read_timeout(Some(timeout));
-        let mut tmp = [0u8; 8192];
-        match (&**conn).read(&mut tmp) {
+        match (&**conn).read(scratch) {
             Ok(0) | Err(_) => return Head::Closed,
             Ok(n) => {
-                buf.extend_from_slice(&tmp[..n]);
+                buf.extend_from_slice(&scratch[..n]);
                 if !started {
                     started = true;
                 }
