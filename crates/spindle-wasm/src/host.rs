@@ -112,10 +112,6 @@ pub(crate) struct HostInner {
     pub(crate) next_id: AtomicU64,
 }
 
-/// How much of each memory, table and stack slot stays resident between
-/// instances.
-const KEEP_RESIDENT: usize = 256 << 10;
-
 /// Builds the engine every guest of a host runs on.
 pub(crate) fn engine(config: &HostConfig) -> wasmtime::Result<Engine> {
     // wasmtime chains its own SIGSEGV handler to the one installed first:
@@ -130,14 +126,12 @@ pub(crate) fn engine(config: &HostConfig) -> wasmtime::Result<Engine> {
         .total_memories(n.saturating_mul(2))
         .total_tables(n.saturating_mul(8))
         .total_stacks(n)
-        .max_memory_size(config.memory_limit)
-        // A freed slot's first pages are zeroed in place rather than
-        // handed back to the kernel: the next instance in the slot then
-        // takes no page faults and no TLB shootdown for them (measured in
-        // bench/RESULTS.md, issue 6).
-        .linear_memory_keep_resident(KEEP_RESIDENT)
-        .table_keep_resident(KEEP_RESIDENT)
-        .async_stack_keep_resident(KEEP_RESIDENT);
+        // Freed slots go back to the kernel (madvise), wasmtime's default.
+        // Keeping 256 KiB of each resident (zeroed in place instead) saved
+        // ~10 % of CPU per hello request but cost 200 ms of CPU and left
+        // 310 MiB resident after a burst of 1000 concurrent requests (0:
+        // 52 MiB): see bench/RESULTS.md, issue 6.
+        .max_memory_size(config.memory_limit);
     c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     if let Some(dir) = &config.cache_dir {
         let mut cache = wasmtime::CacheConfig::new();
