@@ -190,6 +190,32 @@ fn data_then_shutdown_in_one_edge_reads_to_the_end_promptly() {
 }
 
 #[test]
+fn wait_readable_then_read_after_a_short_read_does_not_hang() {
+    // wait_readable takes the edge that a read after a short read would
+    // otherwise wait for: that read must go straight to recv.
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    rt.block_on(|| {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let peer = std::thread::spawn(move || {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            s.write_all(b"a").unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+            s.write_all(b"b").unwrap();
+            std::thread::sleep(Duration::from_millis(500));
+        });
+        let (conn, _) = listener.accept().unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let mut buf = [0u8; 64];
+        assert_eq!((&conn).read(&mut buf).unwrap(), 1); // short: drained
+        conn.wait_readable().unwrap(); // parks until "b", taking its edge
+        assert_eq!((&conn).read(&mut buf).unwrap(), 1, "the read found b");
+        assert_eq!(buf[0], b'b');
+        peer.join().unwrap();
+    });
+}
+
+#[test]
 fn a_reader_and_a_writer_fiber_share_one_stream() {
     spindle::run(|| {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -194,6 +194,9 @@ impl<S: AsRawFd + IntoRawFd> Timed<S> {
     /// Runs a read-side operation until it stops answering `WouldBlock`,
     /// under the read deadline.
     pub(crate) fn reading<T>(&self, mut op: impl FnMut(&S) -> io::Result<T>) -> io::Result<T> {
+        // This op may wait and so take the edge a drained stream read
+        // would wait for: that read must try its `recv` first again.
+        self.drained.store(false, Ordering::Relaxed);
         retry(
             self.fd(),
             Dir::Read,

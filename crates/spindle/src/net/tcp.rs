@@ -285,6 +285,23 @@ impl TcpStream {
         self.sock.get().take_error()
     }
 
+    /// Waits, under the read timeout, until a read would not wait (data,
+    /// EOF or an error is there), without reading. A fiber that is about
+    /// to wait long can park here before it allocates its read buffers.
+    ///
+    /// ```no_run
+    /// spindle::run(|| {
+    ///     let s = spindle::net::TcpStream::connect("127.0.0.1:8080").unwrap();
+    ///     s.wait_readable().unwrap();
+    /// });
+    /// ```
+    pub fn wait_readable(&self) -> io::Result<()> {
+        // A one-byte peek answers at once if something is there; its
+        // `WouldBlock` is what parks.
+        let mut probe = [0u8; 1];
+        self.sock.reading(|sock| sock.peek(&mut probe)).map(|_| ())
+    }
+
     /// Reads without consuming (`MSG_PEEK`).
     pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.sock.reading(|sock| sock.peek(buf))
