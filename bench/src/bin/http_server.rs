@@ -5,119 +5,91 @@
 //! use rustls with the ring provider and the same configuration.
 
 use std::io::Write;
+use std::sync::Arc;
 
 fn main() {
     let mut a = std::env::args().skip(1);
-    let which = a.next().expect("spindle|hyper");
+    let which = a.next().expect("spindle|hyper|may|spindle-tls|hyper-tls");
     let addr = a.next().unwrap_or_else(|| "127.0.0.1:0".into());
     let tls = || {
         let dir = std::path::PathBuf::from(std::env::var("BENCH_TLS_DIR").expect("BENCH_TLS_DIR"));
         spindle_http::tls::server_config_from_pem_files(dir.join("cert.pem"), dir.join("key.pem")).unwrap()
     };
     match which.as_str() {
-        "may" => {
-            use may_minihttp::{HttpServer, HttpService, Request, Response};
-            #[derive(Clone)]
-            struct Hello;
-            impl HttpService for Hello {
-                fn call(&mut self, _req: Request, rsp: &mut Response) -> std::io::Result<()> {
-                    rsp.body("Hello, World!");
-                    Ok(())
-                }
-            }
-            may::config().set_workers(1);
-            // may_minihttp cannot report its port: the caller picks one.
-            let server = HttpServer(Hello).start(addr.as_str()).unwrap();
-            println!("LISTENING {addr}");
-            let _ = std::io::stdout().flush();
-            let _ = server.join();
-        }
-        "spindle-tls" => {
-            let config = tls();
-            let rt = spindle::Runtime::builder().workers(1).stall_warning(None).build().unwrap();
-            rt.block_on(move || {
-                let server = spindle_http::Server::bind(addr.as_str()).unwrap().tls(config);
-                println!("LISTENING {}", server.local_addr().unwrap());
-                let _ = std::io::stdout().flush();
-                server
-                    .serve(|_req| spindle_http::Response::new(spindle_http::Body::from("Hello, World!")))
-                    .unwrap();
-            });
-        }
-        "hyper-tls" => {
-            use http_body_util::Full;
-            use hyper::server::conn::http1;
-            use hyper::service::service_fn;
-            use hyper_util::rt::TokioIo;
-            let acceptor = tokio_rustls::TlsAcceptor::from(tls());
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let l = tokio::net::TcpListener::bind(addr.as_str()).await.unwrap();
-                println!("LISTENING {}", l.local_addr().unwrap());
-                let _ = std::io::stdout().flush();
-                loop {
-                    let Ok((s, _)) = l.accept().await else { continue };
-                    let _ = s.set_nodelay(true);
-                    let acceptor = acceptor.clone();
-                    tokio::spawn(async move {
-                        let Ok(s) = acceptor.accept(s).await else { return };
-                        let svc = service_fn(|_req| async {
-                            Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
-                                bytes::Bytes::from_static(b"Hello, World!"),
-                            )))
-                        });
-                        let _ = http1::Builder::new().serve_connection(TokioIo::new(s), svc).await;
-                    });
-                }
-            });
-        }
-        "spindle" => {
-            let rt = spindle::Runtime::builder()
-                .workers(1)
-                .stall_warning(None)
-                .build()
-                .unwrap();
-            rt.block_on(move || {
-                let server = spindle_http::Server::bind(addr.as_str()).unwrap();
-                println!("LISTENING {}", server.local_addr().unwrap());
-                let _ = std::io::stdout().flush();
-                server
-                    .serve(|_req| spindle_http::Response::new(spindle_http::Body::from("Hello, World!")))
-                    .unwrap();
-            });
-        }
-        "hyper" => {
-            use http_body_util::Full;
-            use hyper::server::conn::http1;
-            use hyper::service::service_fn;
-            use hyper_util::rt::TokioIo;
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let l = tokio::net::TcpListener::bind(addr.as_str()).await.unwrap();
-                println!("LISTENING {}", l.local_addr().unwrap());
-                let _ = std::io::stdout().flush();
-                loop {
-                    let Ok((s, _)) = l.accept().await else { continue };
-                    let _ = s.set_nodelay(true);
-                    tokio::spawn(async move {
-                        let svc = service_fn(|_req| async {
-                            Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
-                                bytes::Bytes::from_static(b"Hello, World!"),
-                            )))
-                        });
-                        let _ = http1::Builder::new().serve_connection(TokioIo::new(s), svc).await;
-                    });
-                }
-            });
-        }
+        "spindle" => spindle(addr, None),
+        "spindle-tls" => spindle(addr, Some(tls())),
+        "hyper" => hyper(addr, None),
+        "hyper-tls" => hyper(addr, Some(tokio_rustls::TlsAcceptor::from(tls()))),
+        "may" => may(addr),
         other => panic!("unknown server {other}"),
     }
+}
+
+fn listening(addr: impl std::fmt::Display) {
+    println!("LISTENING {addr}");
+    let _ = std::io::stdout().flush();
+}
+
+fn spindle(addr: String, tls: Option<Arc<spindle_http::tls::rustls::ServerConfig>>) {
+    let rt = spindle::Runtime::builder().workers(1).stall_warning(None).build().unwrap();
+    rt.block_on(move || {
+        let mut server = spindle_http::Server::bind(addr.as_str()).unwrap();
+        if let Some(tls) = tls {
+            server = server.tls(tls);
+        }
+        listening(server.local_addr().unwrap());
+        server
+            .serve(|_req| spindle_http::Response::new(spindle_http::Body::from("Hello, World!")))
+            .unwrap();
+    });
+}
+
+fn hyper(addr: String, tls: Option<tokio_rustls::TlsAcceptor>) {
+    use http_body_util::Full;
+    use hyper::server::conn::http1;
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    rt.block_on(async move {
+        let l = tokio::net::TcpListener::bind(addr.as_str()).await.unwrap();
+        listening(l.local_addr().unwrap());
+        loop {
+            let Ok((s, _)) = l.accept().await else { continue };
+            let _ = s.set_nodelay(true);
+            let tls = tls.clone();
+            tokio::spawn(async move {
+                let svc = service_fn(|_req| async {
+                    Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(bytes::Bytes::from_static(
+                        b"Hello, World!",
+                    ))))
+                });
+                match tls {
+                    None => {
+                        let _ = http1::Builder::new().serve_connection(TokioIo::new(s), svc).await;
+                    }
+                    Some(acceptor) => {
+                        let Ok(s) = acceptor.accept(s).await else { return };
+                        let _ = http1::Builder::new().serve_connection(TokioIo::new(s), svc).await;
+                    }
+                }
+            });
+        }
+    });
+}
+
+fn may(addr: String) {
+    use may_minihttp::{HttpServer, HttpService, Request, Response};
+    #[derive(Clone)]
+    struct Hello;
+    impl HttpService for Hello {
+        fn call(&mut self, _req: Request, rsp: &mut Response) -> std::io::Result<()> {
+            rsp.body("Hello, World!");
+            Ok(())
+        }
+    }
+    may::config().set_workers(1);
+    // may_minihttp cannot report its port: the caller picks one.
+    let server = HttpServer(Hello).start(addr.as_str()).unwrap();
+    listening(&addr);
+    let _ = server.join();
 }
