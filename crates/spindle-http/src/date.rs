@@ -1,31 +1,33 @@
 //! The `Date` header, formatted at most once a second per worker thread.
 
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use http::HeaderValue;
+/// An IMF-fixdate is always this long: `Sun, 06 Nov 1994 08:49:37 GMT`.
+const LEN: usize = 29;
 
 thread_local! {
-    static CACHE: RefCell<Option<(u64, HeaderValue)>> = const { RefCell::new(None) };
+    static CACHE: Cell<(u64, [u8; LEN])> = const { Cell::new((u64::MAX, [0; LEN])) };
 }
 
 /// The current `Date` value (RFC 9110 IMF-fixdate), reformatted at most
-/// once per second on each thread (no lock on the response path).
-pub(crate) fn now() -> HeaderValue {
+/// once per second on each thread: no lock, no allocation, no reference
+/// count on the response path.
+pub(crate) fn now() -> [u8; LEN] {
     let secs = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or(Duration::ZERO)
         .as_secs();
     CACHE.with(|c| {
-        let mut cache = c.borrow_mut();
-        if let Some((at, v)) = cache.as_ref() {
-            if *at == secs {
-                return v.clone();
-            }
+        let (at, text) = c.get();
+        if at == secs {
+            return text;
         }
-        let text = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(secs));
-        let v = HeaderValue::from_str(&text).expect("an HTTP date is a valid header value");
-        *cache = Some((secs, v.clone()));
-        v
+        let formatted = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(secs));
+        let mut text = [b' '; LEN];
+        let n = formatted.len().min(LEN);
+        text[..n].copy_from_slice(&formatted.as_bytes()[..n]);
+        c.set((secs, text));
+        text
     })
 }

@@ -571,14 +571,15 @@ fn parse(
     let head: Bytes = buf.split_to(n).freeze();
     let uri = Uri::from_maybe_shared(head.slice(path_range.0..path_range.0 + path_range.1))
         .map_err(|_| StatusCode::BAD_REQUEST)?;
-    let mut builder = Request::builder().method(method).uri(uri).version(version);
+    // The parts are set in place on the request at the end: the `http`
+    // builder moves its whole `Parts` by value at every step, which showed
+    // as 7 % of a pipelined profile in memcpy.
     let mut content_length: Option<u64> = None;
     let mut chunked = false;
     let mut transfer_encoding = false;
     let mut close = version == Version::HTTP_10;
     let mut expect_continue = false;
-    let map = builder.headers_mut().expect("fresh builder");
-    map.reserve(count);
+    let mut map = http::HeaderMap::with_capacity(count);
     for &[name_at, name_len, at, len] in spans.iter() {
         let (name_at, name_len, at, len) = (
             name_at as usize,
@@ -635,13 +636,18 @@ fn parse(
             Some(n) => Framing::Length(n),
         }
     };
+    let request = |body: Body| {
+        let mut req = Box::new(Request::new(body));
+        *req.method_mut() = method;
+        *req.uri_mut() = uri;
+        *req.version_mut() = version;
+        *req.headers_mut() = map;
+        req
+    };
     if framing == Framing::None {
         // No body: nothing to share with the handler, and the rest of the
         // buffer (a pipelined request) stays where it is.
-        let req = builder
-            .body(Body::empty())
-            .map_err(|_| StatusCode::BAD_REQUEST)?;
-        return Ok(Some(Head::Request(Box::new(req), !close, None)));
+        return Ok(Some(Head::Request(request(Body::empty()), !close, None)));
     }
     let rest = std::mem::take(buf);
     let incoming = Arc::new(spindle::sync::Mutex::new(Incoming::new(
@@ -652,10 +658,8 @@ fn parse(
         expect_continue,
     )));
     let _ = conn.set_read_timeout(Some(config.body_read_timeout));
-    let req = builder
-        .body(Body::incoming(incoming.clone()))
-        .map_err(|_| StatusCode::BAD_REQUEST)?;
-    Ok(Some(Head::Request(Box::new(req), !close, Some(incoming))))
+    let req = request(Body::incoming(incoming.clone()));
+    Ok(Some(Head::Request(req, !close, Some(incoming))))
 }
 
 fn write_response(
@@ -687,7 +691,7 @@ fn write_response(
     }
     if !parts.headers.contains_key(header::DATE) {
         out.extend_from_slice(b"date: ");
-        out.extend_from_slice(crate::date::now().as_bytes());
+        out.extend_from_slice(&crate::date::now());
         out.extend_from_slice(b"\r\n");
     }
     if !keep_alive {

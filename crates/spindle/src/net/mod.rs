@@ -94,14 +94,18 @@ pub(crate) enum Dir {
 }
 
 /// Repeats `op` until it stops answering `WouldBlock`, waiting for `fd`
-/// in between (netpoller on a fiber, `poll(2)` on a thread).
+/// in between (netpoller on a fiber, `poll(2)` on a thread). The deadline
+/// is asked for at the first wait only: an op that succeeds at once (most
+/// do) costs no clock read.
 pub(crate) fn retry<T>(
     fd: RawFd,
     dir: Dir,
-    deadline: Option<Instant>,
+    deadline: impl FnOnce() -> Option<Instant>,
     urgent: bool,
     mut op: impl FnMut() -> io::Result<T>,
 ) -> io::Result<T> {
+    let mut deadline = Some(deadline);
+    let mut at = None;
     loop {
         match op() {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -109,7 +113,10 @@ pub(crate) fn retry<T>(
                     Dir::Read => READ,
                     Dir::Write => WRITE,
                 };
-                crate::io::wait_fd(fd, d, deadline, urgent)?;
+                if let Some(first) = deadline.take() {
+                    at = first();
+                }
+                crate::io::wait_fd(fd, d, at, urgent)?;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             other => return other,
@@ -200,7 +207,7 @@ impl<S: AsRawFd + IntoRawFd> Timed<S> {
         retry(
             self.fd(),
             Dir::Read,
-            self.read_timeout.deadline(),
+            || self.read_timeout.deadline(),
             false,
             || op(self.get()),
         )
@@ -217,10 +224,13 @@ impl<S: AsRawFd + IntoRawFd> Timed<S> {
         len: usize,
         mut op: impl FnMut(&S) -> io::Result<usize>,
     ) -> io::Result<usize> {
-        let deadline = self.read_timeout.deadline();
+        let mut waited_until = None;
         if len > 0 && self.drained.swap(false, Ordering::Relaxed) && crate::future::can_suspend() {
+            let deadline = self.read_timeout.deadline();
+            waited_until = Some(deadline);
             crate::io::wait_fd(self.fd(), READ, deadline, false)?;
         }
+        let deadline = || waited_until.unwrap_or_else(|| self.read_timeout.deadline());
         let n = retry(self.fd(), Dir::Read, deadline, false, || op(self.get()))?;
         if n > 0 && n < len {
             self.drained.store(true, Ordering::Relaxed);
@@ -233,7 +243,7 @@ impl<S: AsRawFd + IntoRawFd> Timed<S> {
         retry(
             self.fd(),
             Dir::Write,
-            self.write_timeout.deadline(),
+            || self.write_timeout.deadline(),
             false,
             || op(self.get()),
         )

@@ -54,7 +54,7 @@ impl TcpListener {
     /// connection stays in the kernel's queue for the next call.
     pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
         let fd = self.sock.fd();
-        let (sock, addr) = retry(fd, Dir::Read, None, true, || accept_nonblocking(fd))?;
+        let (sock, addr) = retry(fd, Dir::Read, || None, true, || accept_nonblocking(fd))?;
         let std_stream: std::net::TcpStream = sock.into();
         Ok((TcpStream::wrap(std_stream), addr))
     }

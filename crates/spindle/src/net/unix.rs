@@ -45,9 +45,13 @@ impl UnixListener {
 
     /// Accepts a connection, parking the fiber until one arrives.
     pub fn accept(&self) -> io::Result<(UnixStream, SocketAddr)> {
-        let (s, addr) = retry(self.sock.fd(), Dir::Read, None, true, || {
-            self.sock.get().accept()
-        })?;
+        let (s, addr) = retry(
+            self.sock.fd(),
+            Dir::Read,
+            || None,
+            true,
+            || self.sock.get().accept(),
+        )?;
         Ok((UnixStream::wrap(s)?, addr))
     }
 
