@@ -1,6 +1,7 @@
 //! [`HostConfig`]: the limits and grants of a guest host.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::outbound::AllowList;
@@ -24,7 +25,8 @@ pub struct HostConfig {
     pub(crate) fuel_limit: u64,
     pub(crate) memory_limit: usize,
     pub(crate) timeout: Duration,
-    pub(crate) allow: AllowList,
+    /// Shared by every store (a store clones the `Arc`, not the list).
+    pub(crate) allow: Arc<AllowList>,
     pub(crate) env: Vec<(String, String)>,
     pub(crate) cache_dir: Option<PathBuf>,
 }
@@ -44,7 +46,7 @@ impl Default for HostConfig {
             fuel_limit: 1_000_000_000,
             memory_limit: 128 << 20,
             timeout: Duration::from_secs(30),
-            allow: AllowList::default(),
+            allow: Arc::new(AllowList::default()),
             env: Vec::new(),
             cache_dir: default_cache_dir(),
         }
@@ -106,7 +108,7 @@ impl HostConfig {
     /// Lets guests reach `host[:port]` (`*` for any host; a host alone
     /// means any port). Several may be given, comma-separated.
     pub fn allow_outbound(mut self, spec: &str) -> Result<Self, String> {
-        self.allow.add(spec)?;
+        Arc::make_mut(&mut self.allow).add(spec)?;
         Ok(self)
     }
 

@@ -80,7 +80,7 @@ impl AllowList {
 
 /// The hooks a guest store carries: its allow-list and the shared client.
 pub(crate) struct OutboundHooks {
-    pub(crate) allow: AllowList,
+    pub(crate) allow: std::sync::Arc<AllowList>,
     pub(crate) client: spindle_http::Client,
     /// A name for the log lines (the request or command).
     pub(crate) tag: std::sync::Arc<str>,
