@@ -17,13 +17,14 @@
 
 use std::future::Future;
 use std::pin::pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::Thread;
 use std::time::Duration;
 
-use crate::fiber::FiberRef;
-use crate::sched::{park::Waiter, worker};
+use crate::sched::park::{self, WaitToken};
+use crate::sched::worker;
 
 /// Runs `future` to completion and returns its output.
 ///
@@ -46,7 +47,7 @@ use crate::sched::{park::Waiter, worker};
 /// });
 /// ```
 pub fn block_on<F: Future>(future: F) -> F::Output {
-    if worker::on_fiber() && !worker::in_block_on_poll() {
+    if worker::can_park() {
         block_on_fiber(future)
     } else if worker::on_fiber() {
         block_on_in_place(future)
@@ -58,15 +59,25 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
 /// Whether a wait here may suspend the current fiber: true on a fiber that
 /// is not inside a `block_on` poll. On a plain thread, or nested inside a
 /// `block_on` poll, waits block the thread instead.
+///
+/// ```
+/// assert!(!spindle::can_suspend());
+/// spindle::run(|| {
+///     assert!(spindle::can_suspend());
+///     spindle::block_on(async { assert!(!spindle::can_suspend()) });
+/// });
+/// ```
 pub fn can_suspend() -> bool {
-    worker::on_fiber() && !worker::in_block_on_poll()
+    worker::can_park()
 }
 
+/// The waker of a `block_on` on a fiber: ends the fiber's current wait.
 struct FiberWaker {
-    fiber: FiberRef,
     /// Set by every wake; cleared before each poll. Set after a pending
     /// poll means the future woke itself while being polled.
-    woken: std::sync::atomic::AtomicBool,
+    woken: AtomicBool,
+    /// The wait the fiber parks in between polls, while it is published.
+    wait: Mutex<Option<WaitToken>>,
 }
 
 impl Wake for FiberWaker {
@@ -75,8 +86,13 @@ impl Wake for FiberWaker {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        self.woken.store(true, std::sync::atomic::Ordering::Release);
-        Waiter::Fiber(self.fiber.clone()).wake();
+        // Flag first (SeqCst), then the slot: a fiber about to publish its
+        // wait checks the flag after publishing, so one of us sees the other.
+        self.woken.store(true, Ordering::SeqCst);
+        let token = self.wait.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(token) = token {
+            token.wake(park::Wake::Ready, false);
+        }
     }
 }
 
@@ -93,17 +109,15 @@ impl Wake for ThreadWaker {
 }
 
 fn block_on_fiber<F: Future>(future: F) -> F::Output {
-    use std::sync::atomic::Ordering;
-    let fiber = worker::current_fiber().expect("on a fiber");
     let state = Arc::new(FiberWaker {
-        fiber,
-        woken: std::sync::atomic::AtomicBool::new(false),
+        woken: AtomicBool::new(false),
+        wait: Mutex::new(None),
     });
     let waker = Waker::from(state.clone());
     let mut cx = Context::from_waker(&waker);
     let mut future = pin!(future);
     loop {
-        state.woken.store(false, Ordering::Relaxed);
+        state.woken.store(false, Ordering::SeqCst);
         let _polling = worker::BlockOnPoll::enter();
         if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
             return v;
@@ -112,16 +126,36 @@ fn block_on_fiber<F: Future>(future: F) -> F::Output {
         // Woken already, before we parked: the future woke itself while
         // polled — it is yielding (wasmtime's fuel yield, tokio's
         // `yield_now`).
-        let yielding = state.woken.load(Ordering::Acquire);
-        // Parking consumes the wake token (at once if it is already there).
-        crate::sched::park::park_current_as(crate::sched::park::WaitKind::BlockOn);
+        let yielding = state.woken.load(Ordering::SeqCst);
         if yielding {
             // Let the other fibers run before polling again, or a yielding
             // future would keep the worker to itself.
             crate::yield_now();
+            park::exit_if_cancelled();
+            continue;
         }
-        // Cancelled: the future is dropped as the fiber unwinds.
-        crate::sched::park::exit_if_cancelled();
+        // A real wait: cancellation and an enclosing `timeout` end it (the
+        // future is then dropped as the fiber unwinds).
+        let why = park::wait(
+            park::WaitKind::BlockOn,
+            None,
+            |token| {
+                *state.wait.lock().unwrap_or_else(|e| e.into_inner()) = Some(token.clone());
+                if state.woken.load(Ordering::SeqCst) {
+                    // Woken between the poll and now: poll again at once.
+                    state.wait.lock().unwrap_or_else(|e| e.into_inner()).take();
+                    return false;
+                }
+                true
+            },
+            |_| {
+                state.wait.lock().unwrap_or_else(|e| e.into_inner()).take();
+            },
+        );
+        match why {
+            park::Wake::Ready => {}
+            other => crate::sync::exit_for(other),
+        }
     }
 }
 

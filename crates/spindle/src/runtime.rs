@@ -134,7 +134,7 @@ impl RuntimeBuilder {
         };
         let sched = Arc::new(Scheduler::new(Config {
             workers,
-            stack_class: size_class(round_stack_size(self.stack_size)),
+            stack_class: size_class(round_stack_size(self.stack_size)?),
             max_pooled_stacks: self.max_pooled_stacks,
             thread_name: self.thread_name,
             stall_warning: self.stall_warning,
@@ -473,7 +473,7 @@ where
         return Err(io::Error::other("spindle: the runtime is shut down"));
     }
     let class = match stack_size {
-        Some(n) => size_class(round_stack_size(n)),
+        Some(n) => size_class(round_stack_size(n)?),
         None => sched.config.stack_class,
     };
     let claimed = match worker::reserve_here(sched, class) {

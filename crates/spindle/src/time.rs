@@ -37,6 +37,11 @@ pub fn sleep(duration: Duration) {
 
 /// Sleeps until `deadline`: parks the fiber (or blocks the thread).
 pub fn sleep_until(deadline: Instant) {
+    if crate::fiber::running_is_stopped() {
+        // A runtime stop is unwinding this fiber: a destructor's sleep
+        // would only hold up the stop.
+        return;
+    }
     if !worker::can_park() {
         let now = Instant::now();
         if deadline > now {
@@ -190,7 +195,11 @@ impl Future for Sleep {
         }
         let waker = cx.waker().clone();
         let deadline = self.deadline;
-        if worker::on_fiber() {
+        // The worker's own heap only while spindle's `block_on` polls us:
+        // then the worker's loop (or the in-place poll) fires it. Any other
+        // executor — off the runtime, or one that blocks a fiber's thread
+        // without spindle knowing — gets the background poller's timers.
+        if worker::in_block_on_poll() {
             worker::arm_timer(deadline, TimerTarget::Waker(waker.clone()));
         } else {
             crate::poll::background().arm(deadline, waker.clone());

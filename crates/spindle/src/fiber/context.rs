@@ -87,7 +87,8 @@ pub(crate) fn suspend_running(switch: Switch) {
 /// pooled stacks (what every fiber switch costs, without the scheduler).
 pub(crate) fn time_switch_pairs(pairs: u64) -> std::time::Duration {
     use super::stack::{round_stack_size, size_class, StackPool, DEFAULT_STACK_SIZE};
-    let class = size_class(round_stack_size(DEFAULT_STACK_SIZE));
+    let class =
+        size_class(round_stack_size(DEFAULT_STACK_SIZE).expect("the default size is valid"));
     let mut pool = StackPool::new(1, class);
     let stack = class
         .take(class.reserve().expect("stack"), &mut pool)

@@ -35,6 +35,20 @@
 //! * `unpark` swaps in `NOTIFIED`; if it took `PARKED`, it is the one waker
 //!   that schedules the fiber (onto its own worker, see `sched`).
 //!
+//! # Where a result is dropped
+//!
+//! A fiber's closure and its result may be `!Send` (`spawn_local`), and a
+//! [`Fiber`] handle — `Send`, `Clone` — may keep the allocation alive on any
+//! thread. So neither may wait for the last `Arc` to be dropped: the closure
+//! is consumed or dropped by the worker that runs (or discards) the fiber,
+//! and the result is taken by `join` or dropped by whichever of the
+//! completer (the owner worker) and the `JoinHandle`'s drop comes second —
+//! each sets its bit (`COMPLETE`, `DETACHED`) and the one that sees the
+//! other's bit already set drops it. A `JoinHandle<T>` is `Send` only when
+//! `T` is, so for a `!Send` result both parties are on the owner's thread.
+//! Every such drop runs under `catch_unwind`: a `Drop` that panics is
+//! reported and never unwinds a worker.
+//!
 //! # Where a fiber runs
 //!
 //! A fiber is started by whichever worker dequeues it first (idle workers
@@ -57,7 +71,7 @@ use std::sync::Arc;
 pub(crate) use context::{time_switch_pairs, Context, Switch};
 use stack::{Reservation, SizeClass};
 
-use crate::sched::{park::Waiter, Scheduler};
+use crate::sched::{park::Notify, Scheduler};
 
 /// `Arc` to a type-erased fiber: what queues, waiters and handles hold.
 pub(crate) type FiberRef = Arc<FiberCore<dyn Task>>;
@@ -78,6 +92,9 @@ pub(crate) mod state {
     pub(crate) const STOPPED: u8 = 8;
     /// Ended by cancellation (left at a wait, or never started).
     pub(crate) const CANCELLED: u8 = 16;
+    /// The `JoinHandle` is gone: whoever sees both this and `COMPLETE`
+    /// second drops the result (see "Where a result is dropped").
+    pub(crate) const DETACHED: u8 = 32;
 }
 
 const EMPTY: u8 = 0;
@@ -100,7 +117,7 @@ pub(crate) struct FiberHeader {
     /// Set by the owner worker at the first run (kept apart from `state`
     /// so that setting it needs no read-modify-write).
     started: AtomicBool,
-    join_waiter: UnsafeCell<Option<Waiter>>,
+    join_waiter: UnsafeCell<Option<Notify>>,
     /// Stack class chosen at spawn and the claim on it, taken at first run.
     pub(crate) stack_class: &'static SizeClass,
     reservation: UnsafeCell<Option<Reservation>>,
@@ -123,6 +140,17 @@ pub(crate) struct FiberHeader {
     pub(crate) elapsed: Cell<Option<std::time::Instant>>,
     /// What the fiber waits on, for `spindle::dump` (owner only).
     pub(crate) waiting_on: Cell<crate::sched::park::WaitKind>,
+    /// Order in which its worker started it (owner only): a runtime stop
+    /// unwinds the most recently started first, so a scope's children go
+    /// before the parent that waits for them.
+    pub(crate) start_seq: Cell<u64>,
+    /// The fiber switched out while its thread was unwinding (a wait in a
+    /// destructor). Such a fiber is never force-unwound: a second unwind
+    /// started inside a destructor would abort the process.
+    pub(crate) suspended_unwinding: Cell<bool>,
+    /// Blocks its thread in place (`park` inside a `block_on` poll):
+    /// `unpark` must unpark the thread too.
+    blocking_thread: AtomicBool,
 }
 
 // SAFETY: the `UnsafeCell`/`Cell` fields are each touched under a protocol
@@ -163,6 +191,9 @@ impl FiberHeader {
             deadline: Cell::new(None),
             elapsed: Cell::new(None),
             waiting_on: Cell::new(crate::sched::park::WaitKind::Running),
+            start_seq: Cell::new(0),
+            suspended_unwinding: Cell::new(false),
+            blocking_thread: AtomicBool::new(false),
         }
     }
 
@@ -211,7 +242,7 @@ impl FiberHeader {
 
     /// Makes the token available; true if the caller must schedule the fiber.
     pub(crate) fn notify(&self) -> bool {
-        self.park.swap(NOTIFIED, Ordering::AcqRel) == PARKED
+        self.park.swap(NOTIFIED, Ordering::SeqCst) == PARKED
     }
 
     /// Starts a new wait (owner only): returns its sequence number.
@@ -240,23 +271,52 @@ impl FiberHeader {
             .is_ok()
     }
 
-    /// Marks the fiber finished and wakes its joiner, if any.
-    pub(crate) fn complete(&self, stopped: bool) {
-        let bits = state::COMPLETE | if stopped { state::STOPPED } else { 0 };
-        let prev = self.state.fetch_or(bits, Ordering::AcqRel);
-        if prev & state::JOIN_WAITER != 0 {
-            // SAFETY: JOIN_WAITER was set, so the joiner finished writing the
-            // cell and will not touch it again; COMPLETE is now set, so no
-            // other completer exists.
-            if let Some(waiter) = unsafe { (*self.join_waiter.get()).take() } {
-                waiter.wake();
-            }
-        }
-    }
-
     fn mark_started(&self) {
         self.started.store(true, Ordering::Release);
     }
+}
+
+/// Marks `fiber` finished and wakes its joiner, if any; drops the result
+/// if the `JoinHandle` is already gone. Called once, on the owner worker
+/// (or by the one party that discards an unstarted fiber).
+pub(crate) fn complete(fiber: &FiberCore<dyn Task>, stopped: bool) {
+    let header = &fiber.header;
+    let bits = state::COMPLETE | if stopped { state::STOPPED } else { 0 };
+    let prev = header.state.fetch_or(bits, Ordering::AcqRel);
+    if prev & state::JOIN_WAITER != 0 {
+        // SAFETY: JOIN_WAITER was set, so the joiner finished writing the
+        // cell and will not touch it again; COMPLETE is now set, so no
+        // other completer exists.
+        if let Some(waiter) = unsafe { (*header.join_waiter.get()).take() } {
+            waiter.wake(crate::sched::park::Wake::Ready);
+        }
+    }
+    if prev & state::DETACHED != 0 {
+        // Nobody will join: the result is ours to drop, here on the owner.
+        fiber.body.drop_result();
+    }
+}
+
+/// Drops `value`, catching a panic from its `Drop` (reported on stderr):
+/// used for every drop the runtime makes on a worker's own stack.
+pub(crate) fn drop_quietly<T>(value: T, what: &str) {
+    if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(move || drop(value))) {
+        eprintln!(
+            "spindle: a panic in the Drop of {what} was caught: {}",
+            panic_message(&payload)
+        );
+        // Its own Drop might panic too: never run it.
+        std::mem::forget(payload);
+    }
+}
+
+/// A panic payload's message, when it has one.
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("<non-string payload>")
 }
 
 /// The type-erased body of a fiber.
@@ -265,8 +325,11 @@ pub(crate) trait Task: Send + Sync + 'static {
     /// the fiber's own stack. A forced unwind (runtime shutdown) is re-raised
     /// so the context switch can finish it.
     fn run(&self, header: &FiberHeader);
-    /// Drops the closure without running it.
+    /// Drops the closure without running it (a panicking `Drop` is caught).
     fn discard(&self);
+    /// Drops the result, if it is still there (a panicking `Drop` is
+    /// caught). Called once the fiber is complete and its handle gone.
+    fn drop_result(&self);
     /// `*mut Option<std::thread::Result<T>>` for the body's `T`.
     fn result_slot(&self) -> *mut ();
 }
@@ -306,15 +369,19 @@ where
         let f = unsafe { (*self.f.get()).take() }.expect("fiber body run twice");
         if header.cancelled.load(Ordering::SeqCst) {
             // Cancelled before it could start: never run, join says so.
-            drop(f);
+            drop_quietly(f, "a cancelled fiber's closure");
             header.state.fetch_or(state::CANCELLED, Ordering::AcqRel);
             return;
         }
         let result = panic::catch_unwind(AssertUnwindSafe(f));
         if let Err(payload) = result {
             if header.state() & state::STOPPED != 0 {
-                // Runtime shutdown unwinding this stack: let it finish.
-                panic::resume_unwind(payload);
+                // A runtime stop unwound this stack (or the fiber's own code
+                // turned that unwind into another panic): every destructor
+                // has run, so end here — returning is how a forced unwind
+                // finishes — and join reports the fiber stopped.
+                drop_quietly(payload, "a stopped fiber's panic payload");
+                return;
             }
             if payload.is::<crate::sched::park::Cancelled>() {
                 // Left at a wait after `cancel`: no result, join says so.
@@ -331,7 +398,16 @@ where
 
     fn discard(&self) {
         // SAFETY: called by the single owner of an unstarted fiber.
-        drop(unsafe { (*self.f.get()).take() });
+        let f = unsafe { (*self.f.get()).take() };
+        drop_quietly(f, "an unstarted fiber's closure");
+    }
+
+    fn drop_result(&self) {
+        // SAFETY: called once COMPLETE and DETACHED are both set, by the
+        // party that set the second: the completer has written the slot and
+        // no joiner exists any more.
+        let result = unsafe { (*self.result.get()).take() };
+        drop_quietly(result, "a fiber's result");
     }
 
     fn result_slot(&self) -> *mut () {
@@ -462,6 +538,15 @@ pub(crate) unsafe fn resume(fiber: &FiberRef) -> Outcome {
 /// Unwinds a started fiber's stack on its owner worker (runtime shutdown):
 /// its destructors run, its stack is handed back.
 ///
+/// A fiber that switched out *while unwinding* (it waits in a destructor)
+/// is not unwound again: a forced unwind raised inside a destructor that is
+/// already running for a panic aborts the process. Its stack is leaked
+/// instead (never resumed, never freed: sound, and said on stderr).
+///
+/// While the unwind runs, the fiber's waits cannot switch (see
+/// [`running_is_stopped`]): they block the worker thread as on a plain
+/// thread.
+///
 /// # Safety
 ///
 /// Same contract as [`resume`]; the fiber must not be queued or running.
@@ -470,13 +555,49 @@ pub(crate) unsafe fn stop(fiber: &FiberRef) -> Option<stack::FiberStack> {
     header.state.fetch_or(state::STOPPED, Ordering::AcqRel);
     // SAFETY: owner worker, fiber neither queued nor running (caller).
     let context = unsafe { &mut *header.context.get() };
+    let mut c = context.take()?;
+    if header.suspended_unwinding.get() {
+        let name = header
+            .name
+            .as_deref()
+            .map(|n| format!(" \"{n}\""))
+            .unwrap_or_default();
+        eprintln!(
+            "spindle: fiber {}{name} was still waiting inside a destructor while it \
+             unwound ({}) when the runtime stopped; its stack is leaked, not unwound",
+            header.id,
+            header.waiting_on.get()
+        );
+        std::mem::forget(c);
+        return None;
+    }
     let prev = RUNNING.with(|r| r.replace(header));
-    let stack = context.take().map(|mut c| {
-        c.unwind();
-        c.into_stack()
-    });
+    // The body catches every panic at its top frame (`Task::run`), so
+    // nothing should escape; if something does, it must not end the worker.
+    let unwound = panic::catch_unwind(AssertUnwindSafe(|| c.unwind()));
     RUNNING.with(|r| r.set(prev));
-    stack
+    match unwound {
+        Ok(()) => Some(c.into_stack()),
+        Err(payload) => {
+            eprintln!(
+                "spindle: fiber {} ended its forced unwind with a panic: {}",
+                header.id,
+                panic_message(&payload)
+            );
+            std::mem::forget(payload);
+            std::mem::forget(c);
+            None
+        }
+    }
+}
+
+/// Whether the fiber running on this thread is being unwound by a runtime
+/// stop: its waits must not switch (they block the thread instead).
+#[inline]
+pub(crate) fn running_is_stopped() -> bool {
+    let header = running_header();
+    // SAFETY: the running fiber's header lives while it runs.
+    !header.is_null() && unsafe { &*header }.state() & state::STOPPED != 0
 }
 
 /// Drops a fiber that never ran (runtime shutdown): its closure, its stack
@@ -488,7 +609,7 @@ pub(crate) fn discard_unstarted(fiber: &FiberRef) {
     // SAFETY: the caller took the fiber's only queue entry, so it is the
     // fiber's single owner and nobody else touches the reservation.
     drop(unsafe { (*header.reservation.get()).take() });
-    header.complete(true);
+    complete(fiber, true);
 }
 
 /// Called on the fiber's own stack as its entry point.
@@ -498,6 +619,11 @@ pub(crate) fn enter(fiber: &FiberCore<dyn Task>) {
 
 /// Suspends the running fiber with `switch`. Must run on a fiber.
 pub(crate) fn suspend(switch: Switch) {
+    let header = running_header();
+    // SAFETY: the running fiber's header lives while it runs.
+    unsafe { &*header }
+        .suspended_unwinding
+        .set(std::thread::panicking());
     context::suspend_running(switch);
 }
 
@@ -513,6 +639,36 @@ pub(crate) fn park_running() {
     suspend(Switch::Park);
     // Woken: consume the token that woke us.
     header.park.store(EMPTY, Ordering::Release);
+}
+
+/// Waits for the running fiber's park token *without switching*: the
+/// thread blocks (a `park` inside a `block_on` poll, or during a runtime
+/// stop's unwind). `drive` runs between short sleeps, to keep the worker's
+/// timers and netpoller going while its loop cannot. Returns early after
+/// `deadline`.
+pub(crate) fn park_running_in_place(deadline: Option<std::time::Instant>, drive: impl Fn()) {
+    let header = running_header();
+    // SAFETY: the running fiber's header lives while it runs.
+    let header = unsafe { &*header };
+    header.blocking_thread.store(true, Ordering::SeqCst);
+    loop {
+        // SeqCst flag store, then the token: `unpark` swaps the token, then
+        // reads the flag (both SeqCst), so one of us sees the other.
+        if header.take_token() {
+            break;
+        }
+        let mut nap = std::time::Duration::from_millis(1);
+        if let Some(d) = deadline {
+            let now = std::time::Instant::now();
+            if now >= d {
+                break;
+            }
+            nap = nap.min(d - now);
+        }
+        drive();
+        std::thread::park_timeout(nap);
+    }
+    header.blocking_thread.store(false, Ordering::SeqCst);
 }
 
 // ---------------------------------------------------------------------------
@@ -556,8 +712,12 @@ impl Fiber {
     /// in [`park`](crate::park). An unpark before the park is not lost.
     /// Callable from any thread.
     pub fn unpark(&self) {
-        if self.core.header.notify() {
+        let header = &self.core.header;
+        if header.notify() {
             crate::sched::schedule(self.core.clone());
+        } else if header.blocking_thread.load(Ordering::SeqCst) {
+            // It waits with its thread blocked in place: wake the thread.
+            crate::sched::unpark_owner_thread(&self.core);
         }
     }
 }
@@ -616,14 +776,7 @@ impl JoinError {
 impl fmt::Debug for JoinError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.repr {
-            JoinErrorRepr::Panic(p) => {
-                let msg = p
-                    .downcast_ref::<&str>()
-                    .copied()
-                    .or_else(|| p.downcast_ref::<String>().map(String::as_str))
-                    .unwrap_or("<non-string payload>");
-                write!(f, "JoinError::Panic({msg:?})")
-            }
+            JoinErrorRepr::Panic(p) => write!(f, "JoinError::Panic({:?})", panic_message(&**p)),
             JoinErrorRepr::Cancelled => f.write_str("JoinError::Cancelled"),
         }
     }
@@ -667,46 +820,49 @@ impl<T> JoinHandle<T> {
     /// On a fiber this parks the fiber; on a plain thread it blocks the
     /// thread. A join is a cancellation point of the *joining* fiber.
     pub fn join(self) -> Result<T, JoinError> {
-        crate::sched::park::exit_if_cancelled();
+        use crate::sched::park::{self, WaitKind, Wake};
+        park::exit_if_cancelled();
         let header = &self.fiber.core.header;
         // Fork/join fast path: a fiber that has not started yet was stamped
         // before this join, so one yield lets it run first (FIFO order). It
         // usually finishes meanwhile, and the waiter registration and the
-        // park below are skipped. If it is not done, we park as usual.
+        // park below are skipped. If it is not done, we wait as usual.
         if !header.is_started() && header.state() & state::COMPLETE == 0 {
             crate::yield_now();
         }
-        loop {
-            let s = header.state.load(Ordering::Acquire);
-            if s & state::COMPLETE != 0 {
-                break;
+        if header.state() & state::COMPLETE == 0 {
+            // One registration per handle (join consumes it): the cell is
+            // written once, while JOIN_WAITER is clear.
+            let why = park::block(
+                WaitKind::Join,
+                None,
+                |notify| {
+                    let s = header.state.load(Ordering::Acquire);
+                    if s & state::COMPLETE != 0 {
+                        return false;
+                    }
+                    // SAFETY: JOIN_WAITER is clear (this is the handle's only
+                    // registration), so the completer will not read the cell
+                    // until we set the bit (with Release below).
+                    unsafe { *header.join_waiter.get() = Some(notify) };
+                    let prev = header.state.fetch_or(state::JOIN_WAITER, Ordering::AcqRel);
+                    // COMPLETE set meanwhile: the completer did not see our
+                    // bit and will not wake us; the result is there.
+                    prev & state::COMPLETE == 0
+                },
+                |_| {},
+            );
+            match why {
+                Wake::Ready => {}
+                other => crate::sync::exit_for(other),
             }
-            if s & state::JOIN_WAITER == 0 {
-                // SAFETY: JOIN_WAITER is clear, so the completer will not read
-                // the cell until we set the bit (with Release below).
-                unsafe { *header.join_waiter.get() = Some(Waiter::current()) };
-                if header
-                    .state
-                    .compare_exchange(
-                        s,
-                        s | state::JOIN_WAITER,
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    )
-                    .is_err()
-                {
-                    // COMPLETE was set meanwhile: retract, retry.
-                    // SAFETY: the bit is still clear; the cell is still ours.
-                    unsafe { *header.join_waiter.get() = None };
-                    continue;
-                }
-            }
-            crate::sched::park::park_current_as(crate::sched::park::WaitKind::Join);
-            crate::sched::park::exit_if_cancelled();
+            debug_assert!(header.state() & state::COMPLETE != 0);
         }
         // SAFETY: COMPLETE observed with Acquire: the result slot was written
-        // before it and nobody else reads it (join consumes the handle); the
-        // slot's type is the `T` this handle was created with.
+        // before it and nobody else reads it (join consumes the handle, and
+        // the result is dropped by others only after DETACHED, which this
+        // handle's drop sets later); the slot's type is the `T` this handle
+        // was created with.
         let slot = self.fiber.core.body.result_slot() as *mut Option<std::thread::Result<T>>;
         match unsafe { (*slot).take() } {
             Some(Ok(v)) => Ok(v),
@@ -751,6 +907,21 @@ impl<T> JoinHandle<T> {
     /// The fiber this handle joins.
     pub fn fiber(&self) -> &Fiber {
         &self.fiber
+    }
+}
+
+impl<T> Drop for JoinHandle<T> {
+    fn drop(&mut self) {
+        let core = &self.fiber.core;
+        let prev = core
+            .header
+            .state
+            .fetch_or(state::DETACHED, Ordering::AcqRel);
+        if prev & state::COMPLETE != 0 {
+            // Finished and never joined (or joined: then the slot is empty).
+            // A `!Send` result's handle cannot have left the owner's thread.
+            core.body.drop_result();
+        }
     }
 }
 

@@ -63,10 +63,23 @@ pub(crate) fn page_size() -> usize {
     *PAGE.get_or_init(|| unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize })
 }
 
-/// Rounds a requested stack size to what a [`SizeClass`] hands out.
-pub(crate) fn round_stack_size(requested: usize) -> usize {
+/// Largest usable stack we hand out (Go's limit too).
+pub(crate) const MAX_STACK_SIZE: usize = 1 << 30;
+
+/// Rounds a requested stack size to what a [`SizeClass`] hands out; a size
+/// past [`MAX_STACK_SIZE`] is an `InvalidInput` error.
+pub(crate) fn round_stack_size(requested: usize) -> io::Result<usize> {
+    if requested > MAX_STACK_SIZE {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "spindle: a fiber stack of {requested} bytes was asked for; the largest is {}",
+                human_size(MAX_STACK_SIZE)
+            ),
+        ));
+    }
     let page = page_size();
-    requested.max(MIN_STACK_SIZE).div_ceil(page) * page
+    Ok(requested.max(MIN_STACK_SIZE).div_ceil(page) * page)
 }
 
 /// All stacks of one usable size, and the regions they are carved from.

@@ -86,7 +86,8 @@ impl TimerHeap {
     }
 
     /// Fires every entry due at `now`, earliest first. Returns how many
-    /// fiber waits it ended.
+    /// fiber waits it ended plus how many wakers it woke: either may have
+    /// made a fiber of this worker runnable.
     pub(crate) fn fire_due(&mut self, now: Instant) -> usize {
         let mut fired = 0;
         while let Some(top) = self.heap.peek() {
@@ -102,7 +103,10 @@ impl TimerHeap {
                         self.dead = self.dead.saturating_sub(1);
                     }
                 }
-                TimerTarget::Waker(w) => w.wake(),
+                TimerTarget::Waker(w) => {
+                    w.wake();
+                    fired += 1;
+                }
             }
         }
         fired

@@ -319,6 +319,21 @@ impl Scheduler {
     }
 }
 
+/// Unparks the OS thread of `fiber`'s owner worker: the fiber waits with
+/// its thread blocked in place (see `fiber::park_running_in_place`).
+pub(crate) fn unpark_owner_thread(fiber: &FiberRef) {
+    let owner = fiber.header.owner.load(Ordering::Acquire);
+    if let Some(t) = fiber
+        .header
+        .sched
+        .workers
+        .get(owner)
+        .and_then(|w| w.thread.get())
+    {
+        t.unpark();
+    }
+}
+
 /// Like [`schedule`], but at the head of the owner's service order (accept
 /// admission, seed 002).
 pub(crate) fn schedule_urgent(fiber: FiberRef) {

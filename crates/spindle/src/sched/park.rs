@@ -53,47 +53,25 @@ use std::time::Instant;
 
 use crate::fiber::FiberRef;
 
-/// Who to wake: a fiber or an OS thread.
-pub(crate) enum Waiter {
-    Fiber(FiberRef),
-    Thread(Thread),
-}
-
-impl Waiter {
-    /// A waiter for the calling context.
-    pub(crate) fn current() -> Waiter {
-        if super::worker::can_park() {
-            if let Some(fiber) = super::worker::current_fiber() {
-                return Waiter::Fiber(fiber);
-            }
-        }
-        Waiter::Thread(thread::current())
-    }
-
-    /// Makes the waiter's token available, waking it if it is parked.
-    pub(crate) fn wake(self) {
-        match self {
-            Waiter::Fiber(fiber) => {
-                if fiber.header.notify() {
-                    super::schedule(fiber);
-                }
-            }
-            Waiter::Thread(t) => t.unpark(),
-        }
-    }
-}
-
 /// Parks the calling fiber, or the calling thread outside a fiber, until its
 /// token is available (recording what the fiber waits on). May return
 /// spuriously.
+///
+/// On a fiber that may not switch (inside a `block_on` poll, or unwound by
+/// a runtime stop) the thread waits for the fiber's token in place, driving
+/// its worker's timers and netpoller meanwhile; `Fiber::unpark` wakes it.
 pub(crate) fn park_current_as(kind: WaitKind) {
-    if super::worker::can_park() {
-        if let Some(f) = super::worker::current_fiber() {
-            f.header.waiting_on.set(kind);
+    if let Some(f) = super::worker::current_fiber() {
+        f.header.waiting_on.set(kind);
+        if super::worker::can_park() {
             crate::fiber::park_running();
-            f.header.waiting_on.set(WaitKind::Running);
-            return;
+        } else if crate::fiber::running_is_stopped() {
+            // A stop's unwind: nothing will unpark us for long; don't wait.
+        } else {
+            crate::fiber::park_running_in_place(None, super::worker::drive_in_place);
         }
+        f.header.waiting_on.set(WaitKind::Running);
+        return;
     }
     thread::park();
 }
@@ -150,7 +128,13 @@ pub(crate) enum Wake {
     Elapsed,
 }
 
+/// Outcome code of a pending wait.
 const WAITING: u8 = 1;
+/// Outcome code of a pending wait that cancellation and the fiber's
+/// `timeout` deadline do not end: one made while the fiber unwinds (a wait
+/// in a destructor), where raising `Cancelled` or `Elapsed` would be a
+/// panic during a panic — an abort.
+const SHIELDED: u8 = 7;
 
 fn outcome_code(why: Wake) -> u8 {
     match why {
@@ -182,6 +166,8 @@ static THREAD_REGISTRATIONS: AtomicUsize = AtomicUsize::new(0);
 pub(crate) struct WaitToken {
     fiber: FiberRef,
     seq: u64,
+    /// The pending code of that wait (`WAITING` or `SHIELDED`).
+    pending: u8,
 }
 
 impl WaitToken {
@@ -190,7 +176,7 @@ impl WaitToken {
     /// ended the wait.
     pub(crate) fn wake(&self, why: Wake, urgent: bool) -> bool {
         let header = &self.fiber.header;
-        if !header.complete_wait(self.seq, WAITING, outcome_code(why)) {
+        if !header.complete_wait(self.seq, self.pending, outcome_code(why)) {
             return false;
         }
         if header.notify() {
@@ -210,7 +196,7 @@ impl WaitToken {
 
     /// Whether the wait is still pending (nobody ended it yet).
     pub(crate) fn is_pending(&self) -> bool {
-        self.fiber.header.wait_word() == (self.seq << 8 | WAITING as u64)
+        self.fiber.header.wait_word() == (self.seq << 8 | self.pending as u64)
     }
 }
 
@@ -309,9 +295,11 @@ pub(crate) fn exit_cancelled() -> ! {
     std::panic::resume_unwind(Box::new(Cancelled))
 }
 
-/// A cancellation point for waits with no error to return.
+/// A cancellation point for waits with no error to return. Inert while the
+/// fiber unwinds (its destructors' waits complete instead: a second panic
+/// there would abort the process).
 pub(crate) fn exit_if_cancelled() {
-    if super::worker::can_park() && current_is_cancelled() {
+    if super::worker::can_park() && current_is_cancelled() && !thread::panicking() {
         exit_cancelled();
     }
 }
@@ -325,6 +313,7 @@ pub(crate) fn cancel(fiber: &FiberRef) {
         let token = WaitToken {
             fiber: fiber.clone(),
             seq: word >> 8,
+            pending: WAITING,
         };
         if token.wake(Wake::Cancelled, false) {
             return;
@@ -358,30 +347,62 @@ fn effective_deadline(
 /// edge, a free lock), and then the fiber does not park. When the wait ends
 /// any way but `Ready`, `unregister` removes the token again (the waker that
 /// would have removed it never ran).
+///
+/// A wait made while the fiber unwinds is *shielded*: neither cancellation
+/// nor an enclosing `timeout` ends it (its own `deadline` still does), so a
+/// destructor that waits completes instead of panicking a second time.
 pub(crate) fn wait(
     kind: WaitKind,
     deadline: Option<Instant>,
     register: impl FnOnce(&WaitToken) -> bool,
     unregister: impl FnOnce(&WaitToken),
 ) -> Wake {
+    wait_with(kind, deadline, thread::panicking(), register, unregister)
+}
+
+/// A shielded wait on a fiber with no deadline of its own: only a waker
+/// ends it (a scope parent waiting for children it has cancelled).
+pub(crate) fn wait_shielded(kind: WaitKind, register: impl FnOnce(Notify) -> bool) {
+    wait_with(
+        kind,
+        None,
+        true,
+        |t| register(Notify::Fiber(t.clone())),
+        |_| {},
+    );
+}
+
+fn wait_with(
+    kind: WaitKind,
+    deadline: Option<Instant>,
+    shielded: bool,
+    register: impl FnOnce(&WaitToken) -> bool,
+    unregister: impl FnOnce(&WaitToken),
+) -> Wake {
     let fiber = super::worker::current_fiber().expect("spindle: wait outside a fiber");
     let header = &fiber.header;
-    if header.cancelled.load(Ordering::SeqCst) {
+    if !shielded && header.cancelled.load(Ordering::SeqCst) {
         return Wake::Cancelled;
     }
-    let (deadline, from_timeout) = effective_deadline(header, deadline);
-    let seq = header.begin_wait(WAITING);
+    let (deadline, from_timeout) = if shielded {
+        (deadline, false)
+    } else {
+        effective_deadline(header, deadline)
+    };
+    let pending_code = if shielded { SHIELDED } else { WAITING };
+    let seq = header.begin_wait(pending_code);
     let token = WaitToken {
         fiber: fiber.clone(),
         seq,
+        pending: pending_code,
     };
     if !register(&token) {
-        header.complete_wait(seq, WAITING, outcome_code(Wake::Ready));
+        header.complete_wait(seq, pending_code, outcome_code(Wake::Ready));
         return Wake::Ready;
     }
     header.sched.registrations.fetch_add(1, Ordering::Relaxed);
     header.waiting_on.set(kind);
-    if header.cancelled.load(Ordering::SeqCst) {
+    if !shielded && header.cancelled.load(Ordering::SeqCst) {
         token.wake(Wake::Cancelled, false);
     }
     let timed = match deadline {
@@ -395,7 +416,7 @@ pub(crate) fn wait(
         }
         None => false,
     };
-    let pending = seq << 8 | WAITING as u64;
+    let pending = seq << 8 | pending_code as u64;
     let mut foreign_unparks = false;
     while header.wait_word() == pending {
         crate::fiber::park_running();
@@ -482,6 +503,7 @@ pub(crate) fn park_until(deadline: Instant) {
     let token = WaitToken {
         fiber: fiber.clone(),
         seq,
+        pending: WAITING,
     };
     super::worker::arm_timer(deadline, crate::poll::timer::TimerTarget::Fiber(token));
     header.waiting_on.set(WaitKind::Park);

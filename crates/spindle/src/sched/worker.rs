@@ -128,11 +128,13 @@ pub(crate) fn on_fiber() -> bool {
     !fiber::running_header().is_null()
 }
 
-/// Whether the caller may park its fiber: on a fiber and not inside a
-/// `block_on` poll (seed 000's second rule: there, waits block the thread).
+/// Whether the caller may park its fiber: on a fiber, not inside a
+/// `block_on` poll (a nested `block_on` polls in place: there, waits block
+/// the thread) and not being unwound by a runtime stop (a switch there
+/// would re-raise the stop's unwind inside a destructor).
 #[inline]
 pub(crate) fn can_park() -> bool {
-    on_fiber() && !in_block_on_poll()
+    on_fiber() && !in_block_on_poll() && !fiber::running_is_stopped()
 }
 
 /// Pushes a woken fiber to the local queue if this thread is its owner
@@ -292,10 +294,14 @@ pub(crate) fn reserve_here(
 struct LiveTable {
     slots: Vec<Option<FiberRef>>,
     free: Vec<usize>,
+    /// Fibers started so far (the next `start_seq`).
+    started: u64,
 }
 
 impl LiveTable {
     fn insert(&mut self, fiber: FiberRef) {
+        self.started += 1;
+        fiber.header.start_seq.set(self.started);
         let idx = match self.free.pop() {
             Some(i) => i,
             None => {
@@ -314,12 +320,13 @@ impl LiveTable {
         taken
     }
 
-    /// Takes every live fiber, newest first (a scope's children before the
-    /// parent that waits for them).
+    /// Takes every live fiber, most recently started first: a fiber is
+    /// started after the fiber that spawned it, so a scope's children on
+    /// this worker are unwound before the parent that waits for them.
     fn drain(&mut self) -> Vec<FiberRef> {
         self.free.clear();
         let mut all: Vec<FiberRef> = self.slots.drain(..).flatten().collect();
-        all.sort_by_key(|f| std::cmp::Reverse(f.header.id));
+        all.sort_by_key(|f| std::cmp::Reverse(f.header.start_seq.get()));
         all
     }
 }
@@ -334,6 +341,7 @@ pub(crate) fn run(sched: Arc<Scheduler>, index: usize) {
         live: UnsafeCell::new(LiveTable {
             slots: Vec::new(),
             free: Vec::new(),
+            started: 0,
         }),
         pool: UnsafeCell::new(StackPool::new(
             sched.config.max_pooled_stacks,
@@ -606,7 +614,7 @@ impl Worker {
             self.sched.stopped.fetch_add(1, Ordering::Relaxed);
         }
         self.count_finished();
-        fiber.header.complete(false);
+        fiber::complete(fiber, false);
     }
 
     /// The watchdog flagged the dispatch that just ended: name the fiber.
@@ -717,7 +725,11 @@ impl Worker {
         let state = if leased { POLLING } else { SLEEPING };
         me.sleep.store(state, Ordering::SeqCst);
         self.sched.sleepers.fetch_add(1, Ordering::SeqCst);
-        if self.sched.has_visible_work(self.index) || self.stealable_elsewhere() {
+        // SAFETY: loop-only borrow. A waker called on this thread (a timer
+        // that woke a future) pushes to the local queue, which no other
+        // thread's wake would announce.
+        let local_work = unsafe { &*self.local.get() }.len() > 0;
+        if local_work || self.sched.has_visible_work(self.index) || self.stealable_elsewhere() {
             self.wake_self(state);
             if leased {
                 poller.release_lease();
@@ -817,7 +829,7 @@ impl Worker {
                 }
                 self.count_finished();
                 self.sched.stopped.fetch_add(1, Ordering::Relaxed);
-                f.header.complete(true);
+                fiber::complete(&f, true);
             }
             if !stopped_any {
                 return;
