@@ -517,7 +517,6 @@ fn timeout_cuts_a_join_short_on_a_plain_threads_runtime_block_on() {
 // A worker blocked in a call does not strand unstarted work.
 
 #[test]
-#[ignore = "WIP"]
 fn unstarted_fibers_queued_on_a_blocked_worker_are_run_by_the_others() {
     within(Duration::from_secs(20), || {
         let rt = rt(2);
@@ -583,7 +582,6 @@ fn new_spawns_from_outside_avoid_a_blocked_worker() {
 // Timers enter the service order by deadline.
 
 #[test]
-#[ignore = "WIP"]
 fn a_sleep_among_yielding_fibers_fires_close_to_its_deadline() {
     within(Duration::from_secs(20), || {
         let rt = rt(1);

@@ -303,7 +303,7 @@ impl Background {
             let timeout = {
                 let mut t = self.timers.lock().unwrap_or_else(|e| e.into_inner());
                 let now = Instant::now();
-                t.fire_due(now);
+                t.fire_due(now, |_| 0);
                 t.next_deadline().map(|d| d.saturating_duration_since(now))
             };
             self.poller.poll(&mut events, timeout);

@@ -88,7 +88,14 @@ impl TimerHeap {
     /// Fires every entry due at `now`, earliest first. Returns how many
     /// fiber waits it ended plus how many wakers it woke: either may have
     /// made a fiber of this worker runnable.
-    pub(crate) fn fire_due(&mut self, now: Instant) -> usize {
+    ///
+    /// `stamp_for(deadline)` gives a fired fiber its place in its worker's
+    /// service order.
+    pub(crate) fn fire_due(
+        &mut self,
+        now: Instant,
+        stamp_for: impl Fn(Instant) -> crate::sched::queue::Stamp,
+    ) -> usize {
         let mut fired = 0;
         while let Some(top) = self.heap.peek() {
             if top.deadline > now {
@@ -97,7 +104,7 @@ impl TimerHeap {
             let entry = self.heap.pop().expect("peeked");
             match entry.target {
                 TimerTarget::Fiber(token) => {
-                    if token.wake(Wake::TimedOut, false) {
+                    if token.wake_stamped(Wake::TimedOut, stamp_for(entry.deadline)) {
                         fired += 1;
                     } else {
                         self.dead = self.dead.saturating_sub(1);

@@ -131,6 +131,8 @@ pub(crate) struct Scheduler {
 /// What other threads may see and touch of a worker.
 pub(crate) struct WorkerShared {
     pub(crate) inbox: SharedQueue,
+    /// The worker's private FIFO, lockable by a thief while it is stalled.
+    pub(crate) local: queue::SharedLocal,
     sleep: AtomicU8,
     thread: OnceLock<Thread>,
     pub(crate) steals: AtomicU64,
@@ -167,6 +169,7 @@ impl WorkerShared {
     fn new() -> WorkerShared {
         WorkerShared {
             inbox: SharedQueue::new(),
+            local: queue::SharedLocal::new(),
             sleep: AtomicU8::new(AWAKE),
             thread: OnceLock::new(),
             steals: AtomicU64::new(0),
@@ -208,6 +211,13 @@ impl Scheduler {
             registrations: AtomicUsize::new(0),
             dump_gen: AtomicU64::new(0),
         })
+    }
+
+    /// The stamp the next push would get (entries queued from now on are
+    /// at least this).
+    #[inline]
+    pub(crate) fn current_stamp(&self) -> Stamp {
+        self.clock.0.load(Ordering::Relaxed)
     }
 
     /// Next stamp of the service order.
@@ -343,6 +353,16 @@ pub(crate) fn schedule_urgent(fiber: FiberRef) {
         sched.workers[owner].inbox.push_urgent(fiber);
         fence(Ordering::SeqCst);
         sched.wake_worker(owner);
+    }
+}
+
+/// Like [`schedule`], with the fiber's place in its owner's service order
+/// given (a timer fired on the owner: see `worker::Worker::fire_timers`).
+pub(crate) fn schedule_stamped(fiber: FiberRef, stamp: Stamp) {
+    let owner = fiber.header.owner.load(Ordering::Acquire);
+    if let Err(fiber) = worker::push_stamped_if_owner(fiber, owner, stamp) {
+        let sched = fiber.header.sched.clone();
+        sched.push_remote(owner, fiber);
     }
 }
 

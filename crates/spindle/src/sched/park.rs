@@ -189,6 +189,19 @@ impl WaitToken {
         true
     }
 
+    /// Like [`wake`](Self::wake), queueing the fiber at `stamp` in its
+    /// owner's service order (a timer fired on the owner worker).
+    pub(crate) fn wake_stamped(&self, why: Wake, stamp: super::queue::Stamp) -> bool {
+        let header = &self.fiber.header;
+        if !header.complete_wait(self.seq, self.pending, outcome_code(why)) {
+            return false;
+        }
+        if header.notify() {
+            super::schedule_stamped(self.fiber.clone(), stamp);
+        }
+        true
+    }
+
     /// Whether both tokens name the same wait.
     pub(crate) fn same(&self, other: &WaitToken) -> bool {
         self.seq == other.seq && Arc::ptr_eq(&self.fiber, &other.fiber)

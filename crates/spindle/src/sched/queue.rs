@@ -12,8 +12,9 @@
 //! Every push takes a fresh [`Stamp`] from the scheduler's clock, so the
 //! three heads a worker looks at are comparable: it always runs the oldest.
 
+use std::cell::UnsafeCell;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use crate::fiber::{FiberRef, NO_OWNER};
@@ -31,9 +32,19 @@ pub(crate) const URGENT_STAMP: Stamp = 0;
 pub(crate) struct Entry {
     pub(crate) stamp: Stamp,
     pub(crate) fiber: FiberRef,
+    /// Queued by its own `yield_now` (see [`LocalQueue::insert_timer_wake`]).
+    pub(crate) yielded: bool,
 }
 
 impl Entry {
+    pub(crate) fn new(stamp: Stamp, fiber: FiberRef) -> Entry {
+        Entry {
+            stamp,
+            fiber,
+            yielded: false,
+        }
+    }
+
     /// Not started and not pinned: another worker may take it.
     fn stealable(&self) -> bool {
         !self.fiber.header.is_started()
@@ -77,12 +88,28 @@ impl LocalQueue {
         Some(e)
     }
 
+    /// Queues a fiber whose timer fired, `stamp` being the clock at its
+    /// deadline: behind every entry woken before the deadline, but ahead of
+    /// fibers that are only here because they yielded — it takes the first
+    /// yielder's place (and stamp, so the queue stays in stamp order). A
+    /// fiber that computes and yields gives way to a due timer instead of
+    /// holding it back by a whole pass over the yielders.
+    pub(crate) fn insert_timer_wake(&mut self, stamp: Stamp, fiber: FiberRef) {
+        let at = self
+            .entries
+            .iter()
+            .position(|e| e.yielded || e.stamp > stamp)
+            .unwrap_or(self.entries.len());
+        let stamp = self.entries.get(at).map_or(stamp, |e| e.stamp.min(stamp));
+        let entry = Entry::new(stamp, fiber);
+        self.stealable += entry.stealable() as usize;
+        self.entries.insert(at, entry);
+        self.publish();
+    }
+
     /// Queues a woken fiber ahead of everything (accept admission).
     pub(crate) fn push_urgent(&mut self, fiber: FiberRef) {
-        self.entries.push_front(Entry {
-            stamp: URGENT_STAMP,
-            fiber,
-        });
+        self.entries.push_front(Entry::new(URGENT_STAMP, fiber));
         self.publish();
     }
 
@@ -122,6 +149,20 @@ impl LocalQueue {
         taken
     }
 
+    /// Removes every stealable entry, in stamp order (a thief taking the
+    /// unstarted work of a stalled worker).
+    pub(crate) fn take_all_stealable(&mut self) -> Vec<Entry> {
+        if self.stealable == 0 {
+            return Vec::new();
+        }
+        let (taken, kept): (VecDeque<Entry>, VecDeque<Entry>) =
+            self.entries.drain(..).partition(|e| e.stealable());
+        self.entries = kept;
+        self.stealable = 0;
+        self.publish();
+        taken.into()
+    }
+
     /// Puts entries that are all older than the current head in front of
     /// it; `older` must be in stamp order.
     pub(crate) fn prepend(&mut self, older: &mut Vec<Entry>) {
@@ -144,6 +185,76 @@ impl LocalQueue {
     fn publish(&self) {
         self.published_len
             .store(self.entries.len(), Ordering::Relaxed);
+    }
+}
+
+/// A worker's [`LocalQueue`] behind a spin lock that is uncontended by
+/// construction: the worker's loop holds it except while it resumes a
+/// fiber; that fiber's own wakes and spawns take it briefly; and another
+/// worker tries it only when the stall detector has marked this worker
+/// `stalled` (its running fiber blocks the thread in a call), to take the
+/// unstarted fibers that would otherwise wait for the call to return.
+pub(crate) struct SharedLocal {
+    locked: AtomicBool,
+    queue: UnsafeCell<LocalQueue>,
+    /// Set by the stall detector while the worker's current dispatch has
+    /// lasted too long; cleared by the worker when the fiber switches back.
+    pub(crate) stalled: AtomicBool,
+    /// Unstarted, unpinned entries in the queue (published for thieves).
+    pub(crate) stealable: AtomicUsize,
+}
+
+// SAFETY: `queue` is only touched by the holder of `locked` (acquired with
+// Acquire, released with Release), which orders every access.
+unsafe impl Sync for SharedLocal {}
+
+impl SharedLocal {
+    pub(crate) fn new() -> SharedLocal {
+        SharedLocal {
+            locked: AtomicBool::new(false),
+            queue: UnsafeCell::new(LocalQueue::new()),
+            stalled: AtomicBool::new(false),
+            stealable: AtomicUsize::new(0),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn lock(&self) {
+        while self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::hint::spin_loop();
+        }
+    }
+
+    #[inline]
+    pub(crate) fn try_lock(&self) -> bool {
+        self.locked
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    #[inline]
+    pub(crate) fn unlock(&self) {
+        // SAFETY: the holder's last look at the queue; publish what a thief
+        // needs to know before letting one in.
+        let stealable = unsafe { &*self.queue.get() }.stealable;
+        self.stealable.store(stealable, Ordering::Relaxed);
+        self.locked.store(false, Ordering::Release);
+    }
+
+    /// The queue.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds the lock, and no other borrow of the queue is live.
+    #[allow(clippy::mut_from_ref)]
+    #[inline]
+    pub(crate) unsafe fn get(&self) -> &mut LocalQueue {
+        // SAFETY: exclusive by the caller's lock (see above).
+        unsafe { &mut *self.queue.get() }
     }
 }
 
@@ -195,10 +306,7 @@ impl SharedQueue {
     /// stays in stamp order.
     pub(crate) fn push(&self, fiber: FiberRef, stamp_now: impl FnOnce() -> Stamp) {
         let mut q = self.lock();
-        let entry = Entry {
-            stamp: stamp_now(),
-            fiber,
-        };
+        let entry = Entry::new(stamp_now(), fiber);
         if entry.stealable() {
             self.stealable.fetch_add(1, Ordering::Relaxed);
         }
@@ -209,10 +317,7 @@ impl SharedQueue {
     /// Queues a woken fiber ahead of everything (accept admission).
     pub(crate) fn push_urgent(&self, fiber: FiberRef) {
         let mut q = self.lock();
-        q.push_front(Entry {
-            stamp: URGENT_STAMP,
-            fiber,
-        });
+        q.push_front(Entry::new(URGENT_STAMP, fiber));
         self.publish(&q);
     }
 

@@ -49,7 +49,9 @@ const ID_BLOCK: u64 = 1024;
 pub(crate) struct Worker {
     sched: Arc<Scheduler>,
     index: usize,
-    local: UnsafeCell<LocalQueue>,
+    /// Whether the loop holds this worker's local-queue lock (it does
+    /// except while it resumes a fiber; see `SharedLocal`).
+    loop_holds: Cell<bool>,
     live: UnsafeCell<LiveTable>,
     pool: UnsafeCell<StackPool>,
     batch: UnsafeCell<Vec<Entry>>,
@@ -68,6 +70,8 @@ pub(crate) struct Worker {
     /// Buffer for `epoll_wait`.
     events: UnsafeCell<Vec<libc::epoll_event>>,
     last_poll: Cell<Instant>,
+    /// When the timers were last looked at, and the stamp clock then.
+    timer_sample: Cell<(Instant, super::queue::Stamp)>,
 }
 
 thread_local! {
@@ -145,9 +149,26 @@ pub(crate) fn push_if_owner(fiber: FiberRef, owner: usize) -> Result<(), FiberRe
             if w.index == owner && std::ptr::eq(Arc::as_ptr(&w.sched), &*fiber.header.sched) =>
         {
             let stamp = w.sched.stamp();
-            // SAFETY: only this thread touches `local`, and the loop holds no
-            // borrow of it while a fiber runs (module docs).
-            unsafe { &mut *w.local.get() }.push(Entry { stamp, fiber });
+            w.with_local(|local| local.push(Entry::new(stamp, fiber)));
+            Ok(())
+        }
+        _ => Err(fiber),
+    })
+}
+
+/// Queues a woken fiber on the local queue with a given `stamp` (its place
+/// in the service order) if this thread is its owner worker; hands the
+/// fiber back otherwise.
+pub(crate) fn push_stamped_if_owner(
+    fiber: FiberRef,
+    owner: usize,
+    stamp: super::queue::Stamp,
+) -> Result<(), FiberRef> {
+    with_worker(|w| match w {
+        Some(w)
+            if w.index == owner && std::ptr::eq(Arc::as_ptr(&w.sched), &*fiber.header.sched) =>
+        {
+            w.with_local(|local| local.insert_timer_wake(stamp, fiber));
             Ok(())
         }
         _ => Err(fiber),
@@ -161,8 +182,7 @@ pub(crate) fn push_urgent_if_owner(fiber: FiberRef, owner: usize) -> Result<(), 
         Some(w)
             if w.index == owner && std::ptr::eq(Arc::as_ptr(&w.sched), &*fiber.header.sched) =>
         {
-            // SAFETY: as in `push_if_owner`.
-            unsafe { &mut *w.local.get() }.push_urgent(fiber);
+            w.with_local(|local| local.push_urgent(fiber));
             Ok(())
         }
         _ => Err(fiber),
@@ -176,7 +196,13 @@ pub(crate) fn arm_timer(deadline: Instant, target: TimerTarget) {
         let w = w.expect("spindle: timers are armed on a worker");
         // SAFETY: only this thread touches `timers`; the loop holds no
         // borrow of it while a fiber runs.
-        unsafe { &mut *w.timers.get() }.arm(deadline, target);
+        let timers = unsafe { &mut *w.timers.get() };
+        if timers.is_empty() {
+            // The loop samples the clock only while timers are armed.
+            w.timer_sample
+                .set((Instant::now(), w.sched.current_stamp()));
+        }
+        timers.arm(deadline, target);
     })
 }
 
@@ -250,14 +276,15 @@ pub(crate) fn push_new_here(sched: &Scheduler, fiber: FiberRef) -> Result<(), Fi
     with_worker(|w| match w {
         Some(w) if std::ptr::eq(Arc::as_ptr(&w.sched), sched) => {
             let pinned = fiber.header.owner.load(Ordering::Relaxed) != crate::fiber::NO_OWNER;
-            if !pinned && sched.sleepers.load(Ordering::Relaxed) > 0 {
+            // A stalled worker (its fiber blocks the thread in a call) must
+            // not collect new work: the inbox is where others take it from.
+            let stalled = w.shared().local.stalled.load(Ordering::Relaxed);
+            if !pinned && (stalled || sched.sleepers.load(Ordering::Relaxed) > 0) {
                 w.shared().inbox.push(fiber, || sched.stamp());
                 sched.wake_one_sleeper();
             } else {
                 let stamp = sched.stamp();
-                // SAFETY: only this thread touches `local`; the loop holds no
-                // borrow of it while a fiber runs (module docs).
-                unsafe { &mut *w.local.get() }.push(Entry { stamp, fiber });
+                w.with_local(|local| local.push(Entry::new(stamp, fiber)));
             }
             w.count_spawned();
             Ok(())
@@ -337,7 +364,7 @@ pub(crate) fn run(sched: Arc<Scheduler>, index: usize) {
     let _ = sched.workers[index].thread.set(thread::current());
     let worker = Worker {
         index,
-        local: UnsafeCell::new(LocalQueue::new()),
+        loop_holds: Cell::new(false),
         live: UnsafeCell::new(LiveTable {
             slots: Vec::new(),
             free: Vec::new(),
@@ -356,9 +383,12 @@ pub(crate) fn run(sched: Arc<Scheduler>, index: usize) {
         timers: UnsafeCell::new(TimerHeap::default()),
         events: UnsafeCell::new(Vec::with_capacity(256)),
         last_poll: Cell::new(Instant::now()),
+        timer_sample: Cell::new((Instant::now(), 0)),
         sched,
     };
     WORKER.with(|w| w.set(&worker));
+    worker.shared().local.lock();
+    worker.loop_holds.set(true);
     worker.run_loop();
     worker.stop_all();
     WORKER.with(|w| w.set(std::ptr::null()));
@@ -375,6 +405,37 @@ pub(crate) fn run(sched: Arc<Scheduler>, index: usize) {
 impl Worker {
     fn shared(&self) -> &WorkerShared {
         &self.sched.workers[self.index]
+    }
+
+    /// The local queue, for the loop (which holds its lock).
+    ///
+    /// # Safety
+    ///
+    /// Only the loop calls this, between resumes, and the borrow ends
+    /// before the next resume or `with_local`.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn local(&self) -> &mut LocalQueue {
+        debug_assert!(self.loop_holds.get());
+        // SAFETY: the loop holds the local lock (caller), so neither a
+        // thief nor a fiber of this worker touches the queue.
+        unsafe { self.shared().local.get() }
+    }
+
+    /// Runs `f` on the local queue from any context on this thread: the
+    /// loop's own (lock held) or a fiber's (takes the lock, which only a
+    /// thief stealing from a stalled worker may hold meanwhile).
+    fn with_local<R>(&self, f: impl FnOnce(&mut LocalQueue) -> R) -> R {
+        if self.loop_holds.get() {
+            // SAFETY: the loop holds the lock and no borrow of the queue
+            // is live across this call (the loop's borrows are scoped).
+            return f(unsafe { self.shared().local.get() });
+        }
+        let local = &self.shared().local;
+        local.lock();
+        // SAFETY: we hold the lock.
+        let r = f(unsafe { local.get() });
+        local.unlock();
+        r
     }
 
     /// Bumps a counter only this thread writes, without a locked RMW.
@@ -417,20 +478,49 @@ impl Worker {
         }
     }
 
-    /// Fires this worker's due timers; returns how many fiber waits ended.
+    /// Fires this worker's due timers; returns how many fiber waits ended
+    /// or wakers were woken.
+    ///
+    /// A fiber whose timer fired enters the service order by its deadline,
+    /// not by the moment the loop noticed: it gets the stamp the clock had
+    /// at the last dispatch before the deadline (`timer_sample`), so it runs
+    /// ahead of every fiber queued after its deadline — a 10 ms sleep among
+    /// yielders waits for the fiber running at its deadline, not for a pass.
     fn fire_timers(&self, now: Instant) -> usize {
         // SAFETY: loop-only borrow; firing pushes to `local`, not `timers`.
         let timers = unsafe { &mut *self.timers.get() };
         if timers.is_empty() {
             return 0;
         }
-        timers.fire_due(now)
+        let (sampled_at, sampled_stamp) = self.timer_sample.get();
+        let head = self.with_local(|local| local.head_stamp());
+        let fired = timers.fire_due(now, |deadline| {
+            if deadline >= sampled_at {
+                sampled_stamp
+            } else {
+                // Overdue by more than one dispatch: next in line.
+                sampled_stamp.min(head)
+            }
+        });
+        self.timer_sample.set((now, self.sched.current_stamp()));
+        fired
+    }
+
+    /// Per dispatch: fire the timers that are due (cheap when none are
+    /// armed: one emptiness check).
+    #[inline]
+    fn timers_per_dispatch(&self) {
+        // SAFETY: loop-only borrow.
+        if unsafe { &*self.timers.get() }.is_empty() {
+            return;
+        }
+        self.fire_timers(Instant::now());
     }
 
     /// Hands half of the local backlog of unstarted fibers to sleepers.
     fn shed(&self) {
         // SAFETY: loop-only borrow.
-        let local = unsafe { &mut *self.local.get() };
+        let local = unsafe { self.local() };
         if local.stealable() < 2 || self.sched.sleepers.load(Ordering::Relaxed) == 0 {
             return;
         }
@@ -451,6 +541,7 @@ impl Worker {
             if gen != self.dump_answered.get() {
                 self.answer_dump(gen);
             }
+            self.timers_per_dispatch();
             if let Some(entry) = self.next() {
                 self.dispatch(entry.fiber);
                 let n = self.dispatches.get() + 1;
@@ -475,7 +566,7 @@ impl Worker {
     /// global queue.
     fn next(&self) -> Option<Entry> {
         // SAFETY: the loop's borrows of `local`/`batch` end before any resume.
-        let local = unsafe { &mut *self.local.get() };
+        let local = unsafe { self.local() };
         let local_head = local.head_stamp();
         let inbox = &self.shared().inbox;
         let inbox_head = inbox.head_stamp();
@@ -516,21 +607,31 @@ impl Worker {
         let seq = self.dispatches.get();
         shared.dispatch_seq.store(seq, Ordering::Relaxed);
         shared.running_fiber.store(header.id, Ordering::Relaxed);
+        // While the fiber runs, the local queue's lock is free: the fiber's
+        // own wakes and spawns take it, and so may a thief if the fiber
+        // blocks this thread in a call (the stall detector marks us).
+        self.loop_holds.set(false);
+        shared.local.unlock();
         // SAFETY: this worker is the fiber's owner (just claimed, or it was
         // queued here because it is), the fiber is not queued elsewhere
         // (one token holder schedules it), and we are not on a fiber.
         let outcome = unsafe { fiber::resume(&fiber) };
+        shared.local.lock();
+        self.loop_holds.set(true);
         self.current.set(std::ptr::null());
         shared.running_fiber.store(0, Ordering::Relaxed);
+        if shared.local.stalled.load(Ordering::Relaxed) {
+            shared.local.stalled.store(false, Ordering::Relaxed);
+        }
         if shared.stalled_seq.load(Ordering::Relaxed) == seq {
             self.report_stall(&fiber);
         }
         match outcome {
-            Outcome::Yielded => self.requeue(fiber),
+            Outcome::Yielded => self.requeue(fiber, true),
             Outcome::Parked => {
                 if !header.finish_park() {
                     // Woken between its switch and now: run it again.
-                    self.requeue(fiber);
+                    self.requeue(fiber, false);
                 }
             }
             Outcome::Finished(stack) => {
@@ -551,7 +652,9 @@ impl Worker {
             .flatten()
             .collect();
         let mut queued_new = 0;
-        unsafe { &*self.local.get() }.for_each(|f| queued_new += (!f.header.is_started()) as usize);
+        self.with_local(|local| {
+            local.for_each(|f| queued_new += (!f.header.is_started()) as usize)
+        });
         self.shared()
             .inbox
             .for_each(|f| queued_new += (!f.header.is_started()) as usize);
@@ -584,7 +687,7 @@ impl Worker {
         self.shared().cancelled_all.store(true, Ordering::Release);
         let mark = |f: &FiberRef| f.header.cancelled.store(true, Ordering::SeqCst);
         // SAFETY: loop-only borrows, ended before any fiber runs.
-        unsafe { &*self.local.get() }.for_each(mark);
+        unsafe { self.local() }.for_each(mark);
         self.shared().inbox.for_each(mark);
         self.sched.global.for_each(mark);
         let live: Vec<FiberRef> = unsafe { &*self.live.get() }
@@ -640,11 +743,17 @@ impl Worker {
         );
     }
 
-    fn requeue(&self, fiber: FiberRef) {
+    /// Queues a fiber that switched back runnable: it yielded, or it was
+    /// woken between its park and the loop's `finish_park`.
+    fn requeue(&self, fiber: FiberRef, yielded: bool) {
         let stamp = self.sched.stamp();
         // SAFETY: loop-only borrow.
-        let local = unsafe { &mut *self.local.get() };
-        local.push(Entry { stamp, fiber });
+        let local = unsafe { self.local() };
+        local.push(Entry {
+            stamp,
+            fiber,
+            yielded,
+        });
         self.shared()
             .local_len
             .store(local.published_len(), Ordering::Relaxed);
@@ -657,6 +766,24 @@ impl Worker {
         let batch = unsafe { &mut *self.batch.get() };
         for k in 1..n {
             let victim = &self.sched.workers[(self.index + k) % n];
+            if victim.local.stalled.load(Ordering::Acquire)
+                && victim.local.stealable.load(Ordering::Relaxed) > 0
+                && victim.local.try_lock()
+            {
+                // Its running fiber blocks its thread: every unstarted fiber
+                // queued there would wait for the call. Take them all.
+                // SAFETY: we hold the victim's local lock.
+                let mut taken = unsafe { victim.local.get() }.take_all_stealable();
+                victim.local.unlock();
+                if !taken.is_empty() {
+                    self.shared()
+                        .steals
+                        .fetch_add(taken.len() as u64, Ordering::Relaxed);
+                    // SAFETY: loop-only borrow.
+                    merge_into(unsafe { self.local() }, &mut taken);
+                    return true;
+                }
+            }
             if victim.inbox.stealable() == 0 {
                 continue;
             }
@@ -667,7 +794,7 @@ impl Worker {
                 // Stolen entries may be older or newer than ours: merge by
                 // stamp so the local queue stays in order.
                 // SAFETY: loop-only borrow.
-                let local = unsafe { &mut *self.local.get() };
+                let local = unsafe { self.local() };
                 merge_into(local, batch);
                 return true;
             }
@@ -728,7 +855,7 @@ impl Worker {
         // SAFETY: loop-only borrow. A waker called on this thread (a timer
         // that woke a future) pushes to the local queue, which no other
         // thread's wake would announce.
-        let local_work = unsafe { &*self.local.get() }.len() > 0;
+        let local_work = unsafe { self.local() }.len() > 0;
         if local_work || self.sched.has_visible_work(self.index) || self.stealable_elsewhere() {
             self.wake_self(state);
             if leased {
@@ -746,7 +873,7 @@ impl Worker {
             // Hand the lease on: if others sleep on their parker while we go
             // back to work, one of them should be the one in epoll_wait.
             // SAFETY: loop-only borrow.
-            let have_work = unsafe { &*self.local.get() }.len() > 0;
+            let have_work = unsafe { self.local() }.len() > 0;
             if have_work && self.sched.sleepers.load(Ordering::SeqCst) > 0 {
                 self.sched.wake_one_sleeper();
             }
@@ -782,11 +909,12 @@ impl Worker {
     }
 
     fn stealable_elsewhere(&self) -> bool {
-        self.sched
-            .workers
-            .iter()
-            .enumerate()
-            .any(|(i, w)| i != self.index && w.inbox.stealable() > 0)
+        self.sched.workers.iter().enumerate().any(|(i, w)| {
+            i != self.index
+                && (w.inbox.stealable() > 0
+                    || (w.local.stalled.load(Ordering::Acquire)
+                        && w.local.stealable.load(Ordering::Relaxed) > 0))
+        })
     }
 
     /// Runtime shutdown: discard queued unstarted fibers, unwind every
@@ -798,7 +926,7 @@ impl Worker {
             let mut queued: Vec<Entry> = Vec::new();
             {
                 // SAFETY: no fiber runs now; loop-only borrow.
-                let local = unsafe { &mut *self.local.get() };
+                let local = unsafe { self.local() };
                 while let Some(e) = local.pop() {
                     queued.push(e);
                 }
