@@ -864,7 +864,13 @@ impl<T> JoinHandle<T> {
         // handle's drop sets later); the slot's type is the `T` this handle
         // was created with.
         let slot = self.fiber.core.body.result_slot() as *mut Option<std::thread::Result<T>>;
-        match unsafe { (*slot).take() } {
+        let taken = unsafe { (*slot).take() };
+        // The result is taken: this handle's drop has nothing left to do
+        // but release the fiber (skipping the DETACHED handshake).
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never used or dropped again.
+        drop(unsafe { std::ptr::read(&this.fiber) });
+        match taken {
             Some(Ok(v)) => Ok(v),
             Some(Err(p)) => Err(JoinError {
                 repr: JoinErrorRepr::Panic(p),

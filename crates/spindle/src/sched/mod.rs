@@ -191,6 +191,7 @@ impl WorkerShared {
 
 impl Scheduler {
     pub(crate) fn new(config: Config) -> std::io::Result<Scheduler> {
+        queue::init_barrier();
         let workers = (0..config.workers).map(|_| WorkerShared::new()).collect();
         let poller = Arc::new(Poller::new()?);
         crate::poll::publish(&poller);

@@ -188,14 +188,26 @@ impl LocalQueue {
     }
 }
 
-/// A worker's [`LocalQueue`] behind a spin lock that is uncontended by
-/// construction: the worker's loop holds it except while it resumes a
-/// fiber; that fiber's own wakes and spawns take it briefly; and another
-/// worker tries it only when the stall detector has marked this worker
-/// `stalled` (its running fiber blocks the thread in a call), to take the
-/// unstarted fibers that would otherwise wait for the call to return.
+/// A worker's [`LocalQueue`], which another worker may enter only while
+/// the stall detector has marked this worker `stalled` (its running fiber
+/// blocks the thread in a call), to take the unstarted fibers that would
+/// otherwise wait for the call to return.
+///
+/// # The protocol: an asymmetric Dekker handshake
+///
+/// The owner thread (the worker's loop, which is inside the queue except
+/// while it resumes a fiber, and that fiber's own wakes and spawns) marks
+/// itself `busy` and then checks `steal_req`; a thief sets `steal_req` and
+/// then checks `busy`. With a full fence between each side's store and load
+/// one of them sees the other, and only the side that saw nothing enters.
+/// The owner is on the hot path (twice per dispatch), the thief almost never
+/// runs, so the owner's fence is only a compiler fence and the thief pays
+/// for both with `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`, which runs
+/// a full barrier on every thread of the process. Where the kernel lacks it
+/// (or under QEMU), both sides use `fence(SeqCst)`.
 pub(crate) struct SharedLocal {
-    locked: AtomicBool,
+    busy: AtomicBool,
+    steal_req: AtomicBool,
     queue: UnsafeCell<LocalQueue>,
     /// Set by the stall detector while the worker's current dispatch has
     /// lasted too long; cleared by the worker when the fiber switches back.
@@ -204,59 +216,152 @@ pub(crate) struct SharedLocal {
     pub(crate) stealable: AtomicUsize,
 }
 
-// SAFETY: `queue` is only touched by the holder of `locked` (acquired with
-// Acquire, released with Release), which orders every access.
+// SAFETY: `queue` is only touched by the owner between `enter` and `leave`
+// or by a thief between a successful `try_steal_enter` and `steal_leave`;
+// the handshake above makes those spans exclusive, and the Release/Acquire
+// pairs on `busy` and `steal_req` order the accesses.
 unsafe impl Sync for SharedLocal {}
 
 impl SharedLocal {
     pub(crate) fn new() -> SharedLocal {
         SharedLocal {
-            locked: AtomicBool::new(false),
+            busy: AtomicBool::new(false),
+            steal_req: AtomicBool::new(false),
             queue: UnsafeCell::new(LocalQueue::new()),
             stalled: AtomicBool::new(false),
             stealable: AtomicUsize::new(0),
         }
     }
 
+    /// The owner thread enters the queue.
     #[inline]
-    pub(crate) fn lock(&self) {
-        while self
-            .locked
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            std::hint::spin_loop();
+    pub(crate) fn enter(&self) {
+        loop {
+            self.busy.store(true, Ordering::Relaxed);
+            barrier::light();
+            if !self.steal_req.load(Ordering::Acquire) {
+                return;
+            }
+            // A thief is in (or deciding): step back until it is done.
+            self.busy.store(false, Ordering::Release);
+            while self.steal_req.load(Ordering::Acquire) {
+                std::hint::spin_loop();
+            }
         }
     }
 
+    /// The owner thread leaves the queue.
     #[inline]
-    pub(crate) fn try_lock(&self) -> bool {
-        self.locked
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
+    pub(crate) fn leave(&self) {
+        // SAFETY: still inside: publish what a thief needs to know.
+        let stealable = unsafe { &*self.queue.get() }.stealable;
+        if self.stealable.load(Ordering::Relaxed) != stealable {
+            self.stealable.store(stealable, Ordering::Relaxed);
+        }
+        self.busy.store(false, Ordering::Release);
     }
 
-    #[inline]
-    pub(crate) fn unlock(&self) {
-        // SAFETY: the holder's last look at the queue; publish what a thief
-        // needs to know before letting one in.
+    /// Another thread tries to enter; true if it may touch the queue.
+    pub(crate) fn try_steal_enter(&self) -> bool {
+        if self.steal_req.swap(true, Ordering::Acquire) {
+            return false; // another thief
+        }
+        barrier::heavy();
+        if self.busy.load(Ordering::Acquire) {
+            self.steal_req.store(false, Ordering::Release);
+            return false;
+        }
+        true
+    }
+
+    /// The thief leaves the queue.
+    pub(crate) fn steal_leave(&self) {
+        // SAFETY: still inside.
         let stealable = unsafe { &*self.queue.get() }.stealable;
         self.stealable.store(stealable, Ordering::Relaxed);
-        self.locked.store(false, Ordering::Release);
+        self.steal_req.store(false, Ordering::Release);
     }
 
     /// The queue.
     ///
     /// # Safety
     ///
-    /// The caller holds the lock, and no other borrow of the queue is live.
+    /// The caller is inside (`enter` or a successful `try_steal_enter`),
+    /// and no other borrow of the queue is live.
     #[allow(clippy::mut_from_ref)]
     #[inline]
     pub(crate) unsafe fn get(&self) -> &mut LocalQueue {
-        // SAFETY: exclusive by the caller's lock (see above).
+        // SAFETY: exclusive by the handshake (caller).
         unsafe { &mut *self.queue.get() }
     }
 }
+
+/// The two halves of the asymmetric fence used by [`SharedLocal`].
+mod barrier {
+    use std::sync::atomic::{compiler_fence, fence, AtomicU8, Ordering};
+
+    const UNKNOWN: u8 = 0;
+    const MEMBARRIER: u8 = 1;
+    const FENCES: u8 = 2;
+    static MODE: AtomicU8 = AtomicU8::new(UNKNOWN);
+
+    // From <linux/membarrier.h>.
+    const CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+    const CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
+
+    /// Registers the process for expedited membarriers (once; called when
+    /// a runtime starts, before any thief can run).
+    pub(crate) fn init() {
+        if MODE.load(Ordering::Acquire) != UNKNOWN {
+            return;
+        }
+        // SAFETY: membarrier takes plain integers and touches no memory of
+        // ours; it fails cleanly where unsupported.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_membarrier,
+                CMD_REGISTER_PRIVATE_EXPEDITED,
+                0 as libc::c_long,
+                0 as libc::c_long,
+            )
+        };
+        let mode = if rc == 0 { MEMBARRIER } else { FENCES };
+        let _ = MODE.compare_exchange(UNKNOWN, mode, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// The owner's side: free when the thief's side is a membarrier.
+    #[inline]
+    pub(crate) fn light() {
+        if MODE.load(Ordering::Relaxed) == MEMBARRIER {
+            compiler_fence(Ordering::SeqCst);
+        } else {
+            fence(Ordering::SeqCst);
+        }
+    }
+
+    /// The thief's side: a full barrier on every thread of the process.
+    pub(crate) fn heavy() {
+        if MODE.load(Ordering::Relaxed) == MEMBARRIER {
+            // SAFETY: as in `init`.
+            let rc = unsafe {
+                libc::syscall(
+                    libc::SYS_membarrier,
+                    CMD_PRIVATE_EXPEDITED,
+                    0 as libc::c_long,
+                    0 as libc::c_long,
+                )
+            };
+            if rc == 0 {
+                return;
+            }
+            // Should not happen once registered; be safe from now on.
+            MODE.store(FENCES, Ordering::SeqCst);
+        }
+        fence(Ordering::SeqCst);
+    }
+}
+
+pub(crate) use barrier::init as init_barrier;
 
 /// A FIFO shared between threads, with a lock-free view of its head stamp.
 pub(crate) struct SharedQueue {

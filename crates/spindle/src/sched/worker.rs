@@ -387,7 +387,7 @@ pub(crate) fn run(sched: Arc<Scheduler>, index: usize) {
         sched,
     };
     WORKER.with(|w| w.set(&worker));
-    worker.shared().local.lock();
+    worker.shared().local.enter();
     worker.loop_holds.set(true);
     worker.run_loop();
     worker.stop_all();
@@ -431,10 +431,10 @@ impl Worker {
             return f(unsafe { self.shared().local.get() });
         }
         let local = &self.shared().local;
-        local.lock();
-        // SAFETY: we hold the lock.
+        local.enter();
+        // SAFETY: we are inside (see `SharedLocal`).
         let r = f(unsafe { local.get() });
-        local.unlock();
+        local.leave();
         r
     }
 
@@ -611,12 +611,12 @@ impl Worker {
         // own wakes and spawns take it, and so may a thief if the fiber
         // blocks this thread in a call (the stall detector marks us).
         self.loop_holds.set(false);
-        shared.local.unlock();
+        shared.local.leave();
         // SAFETY: this worker is the fiber's owner (just claimed, or it was
         // queued here because it is), the fiber is not queued elsewhere
         // (one token holder schedules it), and we are not on a fiber.
         let outcome = unsafe { fiber::resume(&fiber) };
-        shared.local.lock();
+        shared.local.enter();
         self.loop_holds.set(true);
         self.current.set(std::ptr::null());
         shared.running_fiber.store(0, Ordering::Relaxed);
@@ -768,13 +768,13 @@ impl Worker {
             let victim = &self.sched.workers[(self.index + k) % n];
             if victim.local.stalled.load(Ordering::Acquire)
                 && victim.local.stealable.load(Ordering::Relaxed) > 0
-                && victim.local.try_lock()
+                && victim.local.try_steal_enter()
             {
                 // Its running fiber blocks its thread: every unstarted fiber
                 // queued there would wait for the call. Take them all.
-                // SAFETY: we hold the victim's local lock.
+                // SAFETY: we are inside the victim's queue.
                 let mut taken = unsafe { victim.local.get() }.take_all_stealable();
-                victim.local.unlock();
+                victim.local.steal_leave();
                 if !taken.is_empty() {
                     self.shared()
                         .steals
