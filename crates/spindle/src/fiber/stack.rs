@@ -32,9 +32,16 @@
 //!
 //! A finished fiber's stack goes back to its worker's [`StackPool`] (bounded,
 //! `RuntimeBuilder::max_pooled_stacks`); past the bound it is returned to its
-//! class with its pages given back. A pooled stack keeps the pages its last
-//! fiber touched; a worker about to sleep gives back the deep pages of its
-//! pooled stacks (everything but the top [`KEEP_HOT`] bytes), at most once a
+//! class *dirty*: its pages stay resident and its slot goes on the class's
+//! free list marked so. Giving pages back one stack at a time was the cost
+//! of a burst: an `madvise(MADV_DONTNEED)` per stack, each a TLB shootdown
+//! across every CPU the process runs on. Instead a dirty slot is handed out
+//! first (its pages are warm, its guard is in place), and dirty slots are
+//! given back in batches — sorted by address, adjacent slots merged into one
+//! `madvise` (guards survive it) — when more than [`MAX_DIRTY`] pile up and
+//! when a worker goes idle. A pooled stack keeps the pages its last fiber
+//! touched; a worker about to sleep gives back the deep pages of its pooled
+//! stacks (everything but the top [`KEEP_HOT`] bytes), at most once a
 //! second, so a burst of deep recursion does not pin memory forever.
 
 use std::collections::HashMap;
@@ -49,6 +56,8 @@ pub(crate) const MIN_STACK_SIZE: usize = 16 << 10;
 pub(crate) const DEFAULT_STACK_SIZE: usize = 256 << 10;
 /// Bytes at the top of a pooled stack kept resident when it is trimmed.
 const KEEP_HOT: usize = 16 << 10;
+/// Dirty free slots a class keeps before it gives their pages back.
+const MAX_DIRTY: usize = 1 << 20;
 /// Target address-space size of one region.
 const REGION_BYTES: usize = 64 << 20;
 /// `madvise` advice that installs guard markers (Linux 6.13, uapi value).
@@ -95,12 +104,18 @@ pub(crate) struct SizeClass {
 }
 
 struct Carve {
-    /// Returned slots (base addresses), their pages already given back.
+    /// Returned slots (base addresses) whose pages were given back, with
+    /// [`FRESH`] set on those that never had their guard installed.
     free: Vec<usize>,
+    /// Returned slots whose pages may still be resident (guard installed).
+    dirty: Vec<usize>,
     /// Next never-used slot of the newest region, and that region's end.
     cursor: usize,
     end: usize,
     regions: usize,
+    /// The newest region's slots all had their guards installed when it
+    /// was mapped.
+    pre_guarded: bool,
 }
 
 /// Returns the size class for `stack_size` (already rounded), creating it.
@@ -117,9 +132,11 @@ pub(crate) fn size_class(stack_size: usize) -> &'static SizeClass {
             headroom: AtomicIsize::new(0),
             carve: Mutex::new(Carve {
                 free: Vec::new(),
+                dirty: Vec::new(),
                 cursor: 0,
                 end: 0,
                 regions: 0,
+                pre_guarded: false,
             }),
         }))
     })
@@ -185,13 +202,38 @@ impl SizeClass {
         }
         // The previous region's uncarved tail (if any) goes to the free list
         // so no reserved slot is lost.
+        let tail_flag = if carve.pre_guarded { 0 } else { FRESH };
         while carve.cursor < carve.end {
-            carve.free.push(carve.cursor | FRESH);
+            carve.free.push(carve.cursor | tail_flag);
             carve.cursor += slot;
         }
         carve.cursor = base as usize;
         carve.end = base as usize + len;
         carve.regions += 1;
+        // Every guard of the region in a few calls instead of one per stack
+        // at its first use; where that is not possible, they are installed
+        // one by one as slots are first handed out.
+        carve.pre_guarded = advise_slots_batch(
+            base as usize,
+            slots,
+            slot,
+            0,
+            self.guard,
+            MADV_GUARD_INSTALL,
+        );
+        // Fault in the top page of every stack now, in a few calls: the page
+        // every fiber touches first (a fault per fiber at its first run was
+        // the largest cost of a burst of spawns). 4 KiB per slot of the
+        // region, resident from now on, reused by every fiber on that slot.
+        let page = page_size();
+        advise_slots_batch(
+            base as usize,
+            slots,
+            slot,
+            slot - page,
+            page,
+            MADV_POPULATE_WRITE,
+        );
         Ok(slots)
     }
 
@@ -210,7 +252,10 @@ impl SizeClass {
         std::mem::forget(reservation);
         let slot_base = {
             let mut carve = self.carve.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(base) = carve.free.pop() {
+            if let Some(base) = carve.dirty.pop() {
+                // Warm pages, guard in place.
+                base
+            } else if let Some(base) = carve.free.pop() {
                 base
             } else {
                 assert!(
@@ -219,7 +264,7 @@ impl SizeClass {
                 );
                 let base = carve.cursor;
                 carve.cursor += self.slot_size();
-                base | FRESH
+                base | if carve.pre_guarded { 0 } else { FRESH }
             }
         };
         let base = slot_base & !FRESH;
@@ -242,6 +287,59 @@ impl SizeClass {
         carve.free.push(slot_base);
         drop(carve);
         self.headroom.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Takes back a stack whose pages may be resident (see the module docs).
+    fn return_dirty(&self, slot_base: usize) {
+        let mut carve = self.carve.lock().unwrap_or_else(|e| e.into_inner());
+        carve.dirty.push(slot_base);
+        let batch = if carve.dirty.len() > MAX_DIRTY {
+            std::mem::take(&mut carve.dirty)
+        } else {
+            Vec::new()
+        };
+        drop(carve);
+        self.headroom.fetch_add(1, Ordering::AcqRel);
+        if !batch.is_empty() {
+            self.give_back(batch);
+        }
+    }
+
+    /// Gives back the pages of every dirty free slot (an idle worker).
+    pub(crate) fn trim_dirty(&self) {
+        let batch = {
+            let mut carve = self.carve.lock().unwrap_or_else(|e| e.into_inner());
+            std::mem::take(&mut carve.dirty)
+        };
+        if !batch.is_empty() {
+            self.give_back(batch);
+        }
+    }
+
+    /// `MADV_DONTNEED` over `slots` (taken off the dirty list, so no one
+    /// else touches them), one call per run of adjacent slots, then onto
+    /// the clean free list.
+    fn give_back(&self, mut slots: Vec<usize>) {
+        slots.sort_unstable();
+        let slot = self.slot_size();
+        let mut i = 0;
+        while i < slots.len() {
+            let start = slots[i];
+            let mut end = start + slot;
+            let mut j = i + 1;
+            while j < slots.len() && slots[j] == end {
+                end += slot;
+                j += 1;
+            }
+            // SAFETY: [start, end) covers whole free slots of ours that no
+            // fiber uses (they are off every list until pushed back below);
+            // MADV_DONTNEED on private anonymous memory only zero-fills it,
+            // and guard markers survive it.
+            unsafe { libc::madvise(start as *mut _, end - start, libc::MADV_DONTNEED) };
+            i = j;
+        }
+        let mut carve = self.carve.lock().unwrap_or_else(|e| e.into_inner());
+        carve.free.extend(slots);
     }
 
     /// Regions mapped by this class so far.
@@ -312,8 +410,8 @@ impl FiberStack {
 
 impl Drop for FiberStack {
     fn drop(&mut self) {
-        self.discard_below(0);
-        self.class.return_slot(self.limit);
+        // Pages given back later, in a batch (module docs).
+        self.class.return_dirty(self.limit);
     }
 }
 
@@ -330,6 +428,79 @@ unsafe impl corosensei::stack::Stack for FiberStack {
         corosensei::stack::StackPointer::new(self.limit).expect("stack limit is not null")
     }
 }
+
+/// Whether `process_madvise` takes `MADV_GUARD_INSTALL` for this process
+/// (Linux ≥ 6.13); cleared at its first failure.
+static GUARD_BATCH: AtomicBool = AtomicBool::new(true);
+
+/// `MADV_POPULATE_WRITE` (Linux 5.14): fault pages in, writable.
+const MADV_POPULATE_WRITE: libc::c_int = 23;
+
+/// Applies `advice` to `[slot_start + offset, +len)` of each of `slots`
+/// slots of `slot` bytes from `base`, with `process_madvise` on this
+/// process (Linux ≥ 6.13 takes any advice for the caller itself), up to
+/// 1024 ranges a call. False (nothing to rely on) if the kernel cannot.
+fn advise_slots_batch(
+    base: usize,
+    slots: usize,
+    slot: usize,
+    offset: usize,
+    len: usize,
+    advice: libc::c_int,
+) -> bool {
+    if !GUARD_BATCH.load(Ordering::Relaxed) || !GUARD_BY_MADVISE.load(Ordering::Relaxed) {
+        return false;
+    }
+    static PIDFD: OnceLock<libc::c_int> = OnceLock::new();
+    let pidfd = *PIDFD.get_or_init(|| {
+        // SAFETY: pidfd_open takes plain integers; -1 on failure.
+        unsafe {
+            libc::syscall(
+                SYS_PIDFD_OPEN,
+                libc::getpid() as libc::c_long,
+                0 as libc::c_long,
+            ) as libc::c_int
+        }
+    });
+    if pidfd < 0 {
+        GUARD_BATCH.store(false, Ordering::Relaxed);
+        return false;
+    }
+    let iov: Vec<libc::iovec> = (0..slots)
+        .map(|i| libc::iovec {
+            iov_base: (base + i * slot + offset) as *mut libc::c_void,
+            iov_len: len,
+        })
+        .collect();
+    for chunk in iov.chunks(1024) {
+        // SAFETY: every iovec names a range inside a slot of the region just
+        // mapped, which no code uses yet; the kernel only reads the array.
+        let rc = unsafe {
+            libc::syscall(
+                SYS_PROCESS_MADVISE,
+                pidfd as libc::c_long,
+                chunk.as_ptr(),
+                chunk.len() as libc::c_long,
+                advice as libc::c_long,
+                0 as libc::c_long,
+            )
+        };
+        if rc != (chunk.len() * len) as libc::c_long {
+            // Unsupported (or partial): for guards, the per-slot path
+            // installs the rest (installing a guard twice is harmless); a
+            // page not populated is simply faulted in later.
+            if advice == MADV_GUARD_INSTALL {
+                GUARD_BATCH.store(false, Ordering::Relaxed);
+            }
+            return false;
+        }
+    }
+    true
+}
+
+// Syscall numbers shared by x86-64 and aarch64 (the unified table).
+const SYS_PIDFD_OPEN: libc::c_long = 434;
+const SYS_PROCESS_MADVISE: libc::c_long = 440;
 
 fn install_guard(addr: usize, len: usize) -> io::Result<()> {
     if GUARD_BY_MADVISE.load(Ordering::Relaxed) {
@@ -490,6 +661,7 @@ impl StackPool {
             return;
         }
         self.last_trim = Instant::now();
+        self.credit_class.trim_dirty();
         for stack in self.stacks.iter_mut().filter(|s| s.dirty) {
             stack.discard_below(KEEP_HOT);
         }
