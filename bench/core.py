@@ -28,6 +28,9 @@ def build():
 
 
 def run(cmd, cpu, env=None):
+    # A contender's env may name its own CPU set (two-worker rows).
+    env = dict(env or {})
+    cpu = env.pop("CPUS", cpu)
     full = ["taskset", "-c", str(cpu)] + cmd
     out = subprocess.run(full, capture_output=True, text=True, timeout=600,
                          env=dict(os.environ, **(env or {})))
@@ -46,6 +49,7 @@ def rows(quick):
     # corosensei and may map each stack with its own guard (2 mappings), so
     # they stop near 32 000 fibers (vm.max_map_count 65 530): stay below it.
     rss_n = 20_000 if quick else 30_000
+    big_n = 400_000 if quick else 2_000_000
     return [
         ("switch: suspend+resume pair", [
             ("spindle", sp("switch", 10 * n), None),
@@ -66,6 +70,28 @@ def rows(quick):
             ("tokio multi_thread(1)", pe("tokio-mt1", "spawn", n), None),
             ("go", gb("spawn", n), go),
             ("may", pe("may", "spawn", n // 10), None),
+        ]),
+        ("the `fibers` example: 100 000 fibers spawned, each yields once, all joined; 2 workers on CPUs 0-1", [
+            ("spindle", sp("fibers", 100_000), {"CPUS": "0,1"}),
+            ("go (GOMAXPROCS=2)", gb("fibers", 100_000), {"GOMAXPROCS": "2", "CPUS": "0,1"}),
+        ]),
+        ("spawn and park 200 000 fibers, 1 worker", [
+            ("spindle", sp("spawn-park", 200_000), None),
+            ("go", gb("spawn-park", 200_000), go),
+            ("tokio current_thread (tasks on a oneshot)", pe("tokio-ct", "spawn-park", 200_000), None),
+        ]),
+        (f"spawn and park {big_n} fibers, 1 worker", [
+            ("spindle", sp("spawn-park", big_n), None),
+            ("go", gb("spawn-park", big_n), go),
+            ("tokio current_thread (tasks on a oneshot)", pe("tokio-ct", "spawn-park", big_n), None),
+        ]),
+        ("shut down with 200 000 parked fibers (each unwound), 1 worker", [
+            ("spindle", sp("shutdown-parked", 200_000), None),
+            ("tokio current_thread (tasks dropped)", pe("tokio-ct", "shutdown-parked", 200_000), None),
+        ]),
+        (f"shut down with {big_n} parked fibers (each unwound), 1 worker", [
+            ("spindle", sp("shutdown-parked", big_n), None),
+            ("tokio current_thread (tasks dropped)", pe("tokio-ct", "shutdown-parked", big_n), None),
         ]),
         (f"RSS per parked fiber, {rss_n} parked", [
             ("spindle", sp("rss", rss_n), None),

@@ -54,6 +54,38 @@ func main() {
 			<-done
 		}
 		fmt.Printf("RESULT %.3f ns\n", float64(time.Since(start).Nanoseconds())/float64(n))
+	case "fibers":
+		start := time.Now()
+		results := make([]int, n)
+		var wg sync.WaitGroup
+		wg.Add(n)
+		for i := 0; i < n; i++ {
+			go func(i int) {
+				runtime.Gosched()
+				results[i] = i
+				wg.Done()
+			}(i)
+		}
+		wg.Wait()
+		sum := 0
+		for _, v := range results {
+			sum += v
+		}
+		if sum != n*(n-1)/2 {
+			panic("bad sum")
+		}
+		fmt.Printf("RESULT %.3f ms\n", float64(time.Since(start).Nanoseconds())/1e6)
+	case "spawn-park":
+		start := time.Now()
+		block := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(n)
+		for i := 0; i < n; i++ {
+			go func() { wg.Done(); <-block }()
+		}
+		wg.Wait()
+		fmt.Printf("RESULT %.3f ms\n", float64(time.Since(start).Nanoseconds())/1e6)
+		os.Exit(0)
 	case "rss":
 		before := rssKiB()
 		block := make(chan struct{})

@@ -192,6 +192,31 @@ fn tokio_bench(bench: &str, n: u64, multi: bool) {
             report((rss_kib() - before) as f64 / n as f64, "KiB");
             std::process::exit(0);
         }
+        "spawn-park" | "shutdown-parked" => {
+            let start = Instant::now();
+            let mut senders = Vec::with_capacity(n as usize);
+            rt.block_on(async {
+                let parked = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+                for _ in 0..n {
+                    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+                    senders.push(tx);
+                    let p = parked.clone();
+                    tokio::spawn(async move {
+                        p.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let _ = rx.await;
+                    });
+                }
+                while parked.load(std::sync::atomic::Ordering::Relaxed) < n {
+                    tokio::task::yield_now().await;
+                }
+            });
+            let parked_ms = start.elapsed().as_secs_f64() * 1e3;
+            let start = Instant::now();
+            drop(rt);
+            let stop_ms = start.elapsed().as_secs_f64() * 1e3;
+            drop(senders);
+            report(if bench == "spawn-park" { parked_ms } else { stop_ms }, "ms");
+        }
         b => panic!("tokio has no {b}"),
     }
 }

@@ -66,6 +66,53 @@ fn main() {
             report((after - before) as f64 / n as f64, "KiB");
             std::process::exit(0); // do not wait for 10^6 unwinds
         }
+        "fibers" => {
+            // The README's `fibers` example: N fibers spawned, each yields
+            // once, then all joined; 2 workers.
+            let rt = spindle::Runtime::builder().workers(2).build().unwrap();
+            let ms = rt.block_on(move || {
+                let start = Instant::now();
+                let handles: Vec<_> = (0..n)
+                    .map(|i| {
+                        spindle::spawn(move || {
+                            spindle::yield_now();
+                            i
+                        })
+                    })
+                    .collect();
+                let sum: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+                assert_eq!(sum, n * (n - 1) / 2);
+                start.elapsed().as_secs_f64() * 1e3
+            });
+            report(ms, "ms");
+        }
+        "spawn-park" | "shutdown-parked" => {
+            // N fibers spawned that each park forever: the time until all
+            // are parked, or the time for the runtime to stop them all.
+            let rt = spindle::Runtime::builder().workers(1).build().unwrap();
+            let parked = Arc::new(AtomicU64::new(0));
+            let p = parked.clone();
+            let start = Instant::now();
+            rt.block_on(move || {
+                for _ in 0..n {
+                    let p = p.clone();
+                    drop(spindle::spawn(move || {
+                        p.fetch_add(1, Ordering::Relaxed);
+                        loop {
+                            spindle::park();
+                        }
+                    }));
+                }
+                while p.load(Ordering::Relaxed) < n {
+                    spindle::yield_now();
+                }
+            });
+            let parked_ms = start.elapsed().as_secs_f64() * 1e3;
+            let start = Instant::now();
+            rt.shutdown();
+            let stop_ms = start.elapsed().as_secs_f64() * 1e3;
+            report(if bench == "spawn-park" { parked_ms } else { stop_ms }, "ms");
+        }
         other => panic!("unknown bench {other}"),
     }
 }

@@ -7,14 +7,19 @@
 //!
 //! # Shutdown
 //!
-//! [`Runtime::shutdown`] (also run on drop) sets the scheduler's shutdown
-//! flag and wakes every worker. Each worker then stops what it owns:
-//! fibers that never started are dropped unrun (their `join` reports
-//! cancelled), and every started fiber — typically parked forever, like a
-//! server's accept loop — has its stack *unwound*, so its destructors run,
-//! then its stack is freed. A fiber that is running and never yields cannot
-//! be stopped (nothing preempts it); shutdown waits for it and says so on
-//! stderr every few seconds, naming the fiber.
+//! [`Runtime::shutdown`] (also run on drop) works in two phases. Phase one
+//! cancels every fiber (see `JoinHandle::cancel`) and waits up to the grace
+//! for them to end. Phase two sets the scheduler's shutdown flag and wakes
+//! every worker. Each worker then stops what it owns: fibers that never
+//! started are dropped unrun (their `join` reports cancelled), and every
+//! started fiber — typically one that swallows cancellation, or a scope
+//! parent waiting for a busy child — has its stack *unwound*, most recently
+//! started first, so its destructors run, then its stack is freed. Waits in
+//! those destructors block the worker thread instead of switching; a fiber
+//! already suspended in a destructor's wait is leaked rather than unwound
+//! twice (see the crate docs). A fiber that is running and never yields
+//! cannot be stopped (nothing preempts it); shutdown waits for it and says
+//! so on stderr every few seconds, naming the fiber.
 
 use std::io;
 use std::sync::atomic::Ordering;
@@ -88,8 +93,9 @@ impl RuntimeBuilder {
     }
 
     /// Usable stack size of each fiber (rounded up to whole pages, at least
-    /// 16 KiB); default 256 KiB. Stacks are `MAP_NORESERVE`: only the pages
-    /// a fiber touches cost memory.
+    /// 16 KiB, at most 1 GiB: [`build`](Self::build) rejects a larger size
+    /// with `InvalidInput`); default 256 KiB. Stacks are `MAP_NORESERVE`:
+    /// only the pages a fiber touches cost memory.
     pub fn stack_size(mut self, bytes: usize) -> Self {
         self.stack_size = bytes;
         self
