@@ -7,32 +7,12 @@
 use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
-/// Runs `f` on a thread and fails the test if it takes longer than `limit`
-/// (the thread is left behind; the test binary exits anyway).
-fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-        let _ = tx.send(r);
-    });
-    match rx.recv_timeout(limit) {
-        Ok(Ok(v)) => v,
-        Ok(Err(p)) => std::panic::resume_unwind(p),
-        Err(_) => panic!("did not finish within {limit:?} (hang)"),
-    }
-}
-
-fn rt(workers: usize) -> spindle::Runtime {
-    spindle::Runtime::builder()
-        .workers(workers)
-        .stall_warning(None)
-        .build()
-        .unwrap()
-}
+mod common;
+use common::{rt, within};
 
 // ---------------------------------------------------------------------------
 // A `spawn_local` result never leaves its worker.

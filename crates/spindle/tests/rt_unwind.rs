@@ -4,29 +4,11 @@
 //! regression here aborts this test binary only.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-        let _ = tx.send(r);
-    });
-    match rx.recv_timeout(limit) {
-        Ok(Ok(v)) => v,
-        Ok(Err(p)) => std::panic::resume_unwind(p),
-        Err(_) => panic!("did not finish within {limit:?} (hang)"),
-    }
-}
-
-fn rt(workers: usize) -> spindle::Runtime {
-    spindle::Runtime::builder()
-        .workers(workers)
-        .stall_warning(None)
-        .build()
-        .unwrap()
-}
+mod common;
+use common::{rt, within};
 
 /// Runs `wait` in a destructor of a fiber that is cancelled while it
 /// sleeps; returns whether the destructor's wait finished.
