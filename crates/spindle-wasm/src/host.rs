@@ -130,7 +130,7 @@ pub(crate) fn engine(config: &HostConfig) -> wasmtime::Result<Engine> {
         // Keeping 256 KiB of each resident (zeroed in place instead) saved
         // ~10 % of CPU per hello request but cost 200 ms of CPU and left
         // 310 MiB resident after a burst of 1000 concurrent requests (0:
-        // 52 MiB): see bench/RESULTS.md, issue 6.
+        // 52 MiB): see bench/RESULTS.md, the WebAssembly host section.
         .max_memory_size(config.memory_limit);
     c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     if let Some(dir) = &config.cache_dir {

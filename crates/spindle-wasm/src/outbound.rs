@@ -5,7 +5,7 @@
 //! # Where each part runs
 //!
 //! `send_request` is called inside the guest's `outgoing-handler.handle`,
-//! a host function with wasm frames below it — seed 000's first rule: no
+//! a host function with wasm frames below it — the host's first rule: no
 //! fiber switch there. It only checks the allow-list and spawns a new
 //! spindle fiber (spawning never switches) that collects the request body,
 //! sends it with [`spindle_http::Client`] (blocking style, so it parks
