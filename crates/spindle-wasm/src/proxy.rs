@@ -19,7 +19,8 @@
 //! `fuel_yield_interval` units of fuel; spindle's `block_on` sees the
 //! self-wake and lets the worker's other fibers run first.
 //!
-//! The two rules of seed 000 hold by construction: nothing here parks
+//! The host's two rules (no fiber switch with wasm frames below; a nested
+//! `block_on` polls in place) hold by construction: nothing here parks
 //! while wasm frames are below (every wait is a `Pending` returned up to
 //! `block_on`, which parks only after the poll returned), and the request
 //! body, which is read in blocking style from the connection, is pumped by
