@@ -21,12 +21,19 @@
 //! # Reservations: spawn fails loudly, first run takes the stack
 //!
 //! A spawned fiber that has not run yet costs no stack, but a spawn that
-//! could never get one must fail at the spawn, not later (seed 002's loud
-//! spawn failure). So a spawn takes a *reservation* ([`SizeClass::reserve`]):
-//! a count of slots the class can still hand out (`headroom`). When it runs
-//! out, the class maps a new region; if that fails, the spawn gets an error
-//! that names the limit hit. When the fiber first runs, its worker takes a
-//! pooled stack (and returns the reservation) or carves a reserved slot.
+//! could never get one must fail at the spawn, not later. So a spawn takes
+//! a *reservation* ([`SizeClass::reserve`]): a count of slots the class can
+//! still hand out (`headroom`). When it runs out, the class maps a new
+//! region; if that fails, the spawn gets an error that names the limit hit.
+//! A reservation costs address space only: a burst of 100 000 spawns maps
+//! regions but touches none of their pages.
+//!
+//! When the fiber first runs, its worker takes a pooled stack (and returns
+//! the reservation) or carves a never-used slot. Never-used slots are
+//! *prepared* in batches as the carving reaches them: one `process_madvise`
+//! installs the guards of the next 64 slots and another faults in their top
+//! pages, the page every fiber touches first. Preparing a whole region when
+//! it was mapped made every reservation cost a resident page.
 //!
 //! # Pooling and trimming
 //!
@@ -44,7 +51,7 @@
 //! stacks (everything but the top [`KEEP_HOT`] bytes), at most once a
 //! second, so a burst of deep recursion does not pin memory forever.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -52,7 +59,8 @@ use std::time::{Duration, Instant};
 
 /// Smallest usable stack we hand out.
 pub(crate) const MIN_STACK_SIZE: usize = 16 << 10;
-/// Default usable stack size (seed 001: 256 KiB).
+/// Default usable stack size: 256 KiB, deep enough for ordinary code and
+/// still only address space until touched.
 pub(crate) const DEFAULT_STACK_SIZE: usize = 256 << 10;
 /// Bytes at the top of a pooled stack kept resident when it is trimmed.
 const KEEP_HOT: usize = 16 << 10;
@@ -103,19 +111,24 @@ pub(crate) struct SizeClass {
     carve: Mutex<Carve>,
 }
 
+/// The never-used part of a region: `[cursor, end)`, of which
+/// `[cursor, prepared)` has its guards installed and top pages resident.
+struct Span {
+    cursor: usize,
+    prepared: usize,
+    end: usize,
+}
+
 struct Carve {
     /// Returned slots (base addresses) whose pages were given back, with
     /// [`FRESH`] set on those that never had their guard installed.
     free: Vec<usize>,
     /// Returned slots whose pages may still be resident (guard installed).
     dirty: Vec<usize>,
-    /// Next never-used slot of the newest region, and that region's end.
-    cursor: usize,
-    end: usize,
+    /// The never-used slots of each region, oldest region first; slots are
+    /// carved from the front span.
+    untouched: VecDeque<Span>,
     regions: usize,
-    /// The newest region's slots all had their guards installed when it
-    /// was mapped.
-    pre_guarded: bool,
 }
 
 /// Returns the size class for `stack_size` (already rounded), creating it.
@@ -133,10 +146,8 @@ pub(crate) fn size_class(stack_size: usize) -> &'static SizeClass {
             carve: Mutex::new(Carve {
                 free: Vec::new(),
                 dirty: Vec::new(),
-                cursor: 0,
-                end: 0,
+                untouched: VecDeque::new(),
                 regions: 0,
-                pre_guarded: false,
             }),
         }))
     })
@@ -200,41 +211,53 @@ impl SizeClass {
                 self.stack_size,
             ));
         }
-        // The previous region's uncarved tail (if any) goes to the free list
-        // so no reserved slot is lost.
-        let tail_flag = if carve.pre_guarded { 0 } else { FRESH };
-        while carve.cursor < carve.end {
-            carve.free.push(carve.cursor | tail_flag);
-            carve.cursor += slot;
-        }
-        carve.cursor = base as usize;
-        carve.end = base as usize + len;
+        carve.untouched.push_back(Span {
+            cursor: base as usize,
+            prepared: base as usize,
+            end: base as usize + len,
+        });
         carve.regions += 1;
-        // Every guard of the region in a few calls instead of one per stack
-        // at its first use; where that is not possible, they are installed
-        // one by one as slots are first handed out.
-        carve.pre_guarded = advise_slots_batch(
-            base as usize,
-            slots,
-            slot,
-            0,
-            self.guard,
-            MADV_GUARD_INSTALL,
-        );
-        // Fault in the top page of every stack now, in a few calls: the page
-        // every fiber touches first (a fault per fiber at its first run was
-        // the largest cost of a burst of spawns). 4 KiB per slot of the
-        // region, resident from now on, reused by every fiber on that slot.
-        let page = page_size();
-        advise_slots_batch(
-            base as usize,
-            slots,
-            slot,
-            slot - page,
-            page,
-            MADV_POPULATE_WRITE,
-        );
+        // Nothing is touched yet: a region backs reservations, which cost
+        // address space only. Slots are prepared in batches as they are
+        // first carved (`prepare_batch`).
         Ok(slots)
+    }
+
+    /// Carves the next never-used slot, with [`FRESH`] set if its guard is
+    /// not installed yet.
+    fn carve_untouched(&self, carve: &mut Carve) -> Option<usize> {
+        let slot = self.slot_size();
+        let span = carve.untouched.front_mut()?;
+        if span.cursor == span.prepared {
+            self.prepare_batch(span);
+        }
+        let base = span.cursor;
+        let flag = if base < span.prepared { 0 } else { FRESH };
+        span.cursor += slot;
+        span.prepared = span.prepared.max(span.cursor);
+        if span.cursor == span.end {
+            carve.untouched.pop_front();
+        }
+        Some(base | flag)
+    }
+
+    /// Prepares the next [`PREPARE_BATCH`] slots of `span`: their guards
+    /// installed and their top pages faulted in, a few system calls for the
+    /// batch instead of several per stack. The top page is the one every
+    /// fiber touches first; a fault per fiber at its first run was the
+    /// largest cost of a burst of spawns. Where the kernel cannot do it in
+    /// batches, nothing is prepared and guards are installed one slot at a
+    /// time.
+    fn prepare_batch(&self, span: &mut Span) {
+        let slot = self.slot_size();
+        let n = ((span.end - span.cursor) / slot).min(PREPARE_BATCH);
+        if !advise_slots_batch(span.cursor, n, slot, 0, self.guard, MADV_GUARD_INSTALL) {
+            return;
+        }
+        let page = page_size();
+        // Best effort: a page not populated is faulted in at first use.
+        advise_slots_batch(span.cursor, n, slot, slot - page, page, MADV_POPULATE_WRITE);
+        span.prepared = span.cursor + n * slot;
     }
 
     /// Takes a stack for a reservation, from `pool` when it has one.
@@ -258,13 +281,9 @@ impl SizeClass {
             } else if let Some(base) = carve.free.pop() {
                 base
             } else {
-                assert!(
-                    carve.cursor < carve.end,
-                    "spindle: stack reservation accounting broken (no slot for a reservation)"
-                );
-                let base = carve.cursor;
-                carve.cursor += self.slot_size();
-                base | if carve.pre_guarded { 0 } else { FRESH }
+                self.carve_untouched(&mut carve).expect(
+                    "spindle: stack reservation accounting broken (no slot for a reservation)",
+                )
             }
         };
         let base = slot_base & !FRESH;
@@ -432,6 +451,9 @@ unsafe impl corosensei::stack::Stack for FiberStack {
 /// Whether `process_madvise` takes `MADV_GUARD_INSTALL` for this process
 /// (Linux ≥ 6.13); cleared at its first failure.
 static GUARD_BATCH: AtomicBool = AtomicBool::new(true);
+
+/// Never-used slots prepared at a time (see `SizeClass::prepare_batch`).
+const PREPARE_BATCH: usize = 64;
 
 /// `MADV_POPULATE_WRITE` (Linux 5.14): fault pages in, writable.
 const MADV_POPULATE_WRITE: libc::c_int = 23;
@@ -678,5 +700,72 @@ impl Drop for StackPool {
             .headroom
             .fetch_add(self.credits as isize, Ordering::AcqRel);
         self.credits = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A class of its own, so other tests' stacks do not share its state.
+    fn class(kib: usize) -> &'static SizeClass {
+        size_class(round_stack_size(kib << 10).unwrap())
+    }
+
+    fn resident_slots(class: &SizeClass) -> usize {
+        let carve = class.carve.lock().unwrap();
+        carve
+            .untouched
+            .iter()
+            .map(|s| (s.prepared - s.cursor) / class.slot_size())
+            .sum()
+    }
+
+    #[test]
+    fn reservations_touch_no_stack_memory() {
+        let class = class(88);
+        let reservations: Vec<_> = (0..2_000).map(|_| class.reserve().unwrap()).collect();
+        let carve = class.carve.lock().unwrap();
+        assert!(
+            carve.regions >= 2,
+            "2 000 reservations need several regions"
+        );
+        assert!(
+            carve.untouched.iter().all(|s| s.prepared == s.cursor),
+            "a reservation prepared slots"
+        );
+        drop(carve);
+        drop(reservations);
+    }
+
+    #[test]
+    fn first_use_prepares_one_bounded_batch() {
+        let class = class(92);
+        let mut pool = StackPool::new(0, class);
+        let reservations: Vec<_> = (0..1_000).map(|_| class.reserve().unwrap()).collect();
+        let mut stacks = Vec::new();
+        for r in reservations.into_iter().take(3) {
+            stacks.push(class.take(r, &mut pool).unwrap());
+        }
+        let ahead = resident_slots(class);
+        assert!(
+            ahead < PREPARE_BATCH,
+            "{ahead} slots prepared ahead of three stacks"
+        );
+        // The stacks are usable: their top page is writable.
+        for s in &stacks {
+            // SAFETY: the byte below `top` is the usable stack's last byte,
+            // owned by this test until the stack is dropped.
+            unsafe { ((s.top - 1) as *mut u8).write_volatile(1) };
+        }
+    }
+
+    #[test]
+    fn stack_sizes_past_the_limit_are_an_error() {
+        assert_eq!(
+            round_stack_size(usize::MAX).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        assert_eq!(round_stack_size(1).unwrap(), MIN_STACK_SIZE);
     }
 }

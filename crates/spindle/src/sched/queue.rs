@@ -25,6 +25,22 @@ pub(crate) type Stamp = u64;
 /// Stamp of an empty queue's head.
 pub(crate) const NO_STAMP: Stamp = u64::MAX;
 
+/// Most entries one steal takes. A thief runs what it took before it steals
+/// again, and each fiber it starts holds a stack until it ends: taking half
+/// of a backlog of 100 000 spawns at once would start 50 000 fibers (and
+/// touch 50 000 stacks) before the first of them could finish.
+pub(crate) const STEAL_MAX: usize = 128;
+
+/// Most entries one shed looks at from the back of a local queue, so the
+/// periodic shed costs the same however many yielders are queued.
+const SHED_SCAN: usize = 4 * STEAL_MAX;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum End {
+    Front,
+    Back,
+}
+
 /// Stamp of an urgent entry: older than anything (accept admission).
 pub(crate) const URGENT_STAMP: Stamp = 0;
 
@@ -126,41 +142,56 @@ impl LocalQueue {
     }
 
     /// Removes the newest half of the stealable entries (those that would
-    /// wait longest here), in stamp order, to hand to idle workers.
-    pub(crate) fn take_stealable_half(&mut self) -> Vec<Entry> {
-        let want = self.stealable / 2;
-        let mut taken = Vec::with_capacity(want);
-        if want == 0 {
-            return taken;
-        }
-        let mut kept = VecDeque::with_capacity(self.entries.len());
-        // Walk from the back so the newest stealable ones are taken.
-        while let Some(e) = self.entries.pop_back() {
-            if taken.len() < want && e.stealable() {
-                taken.push(e);
-            } else {
-                kept.push_front(e);
-            }
-        }
-        self.entries = kept;
-        self.stealable -= taken.len();
-        taken.reverse();
-        self.publish();
-        taken
+    /// wait longest here), at most [`STEAL_MAX`], in stamp order, to hand
+    /// to idle workers.
+    pub(crate) fn take_stealable_newest_half(&mut self) -> Vec<Entry> {
+        let want = (self.stealable / 2).min(STEAL_MAX);
+        self.take_stealable(want, End::Back)
     }
 
-    /// Removes every stealable entry, in stamp order (a thief taking the
-    /// unstarted work of a stalled worker).
-    pub(crate) fn take_all_stealable(&mut self) -> Vec<Entry> {
-        if self.stealable == 0 {
-            return Vec::new();
+    /// Removes the oldest stealable entries, at most [`STEAL_MAX`], in stamp
+    /// order (a thief taking the unstarted work of a stalled worker; it
+    /// comes back for more when it has run these).
+    pub(crate) fn take_stealable_oldest(&mut self) -> Vec<Entry> {
+        let want = self.stealable.min(STEAL_MAX);
+        self.take_stealable(want, End::Front)
+    }
+
+    /// Takes up to `want` stealable entries from one end; entries passed
+    /// over keep their places. From the front (a thief) it looks as far as
+    /// it must; from the back (shedding, which runs every few dispatches)
+    /// it looks at no more than [`SHED_SCAN`] entries.
+    fn take_stealable(&mut self, want: usize, end: End) -> Vec<Entry> {
+        let scan = match end {
+            End::Front => usize::MAX,
+            End::Back => SHED_SCAN,
+        };
+        let mut taken = Vec::with_capacity(want);
+        let mut passed = Vec::new();
+        while taken.len() < want && taken.len() + passed.len() < scan {
+            let next = match end {
+                End::Front => self.entries.pop_front(),
+                End::Back => self.entries.pop_back(),
+            };
+            let Some(e) = next else { break };
+            if e.stealable() {
+                taken.push(e);
+            } else {
+                passed.push(e);
+            }
         }
-        let (taken, kept): (VecDeque<Entry>, VecDeque<Entry>) =
-            self.entries.drain(..).partition(|e| e.stealable());
-        self.entries = kept;
-        self.stealable = 0;
+        while let Some(e) = passed.pop() {
+            match end {
+                End::Front => self.entries.push_front(e),
+                End::Back => self.entries.push_back(e),
+            }
+        }
+        if end == End::Back {
+            taken.reverse();
+        }
+        self.stealable -= taken.len();
         self.publish();
-        taken.into()
+        taken
     }
 
     /// Puts entries that are all older than the current head in front of
@@ -445,25 +476,26 @@ impl SharedQueue {
     }
 
     /// Moves up to half of the stealable (unstarted, unpinned) entries into
-    /// `out`, oldest first. Returns how many were taken.
+    /// `out`, at most [`STEAL_MAX`], oldest first; entries passed over keep
+    /// their places (the cost is the prefix scanned, not the queue's
+    /// length). Returns how many were taken.
     pub(crate) fn steal_half(&self, out: &mut Vec<Entry>) -> usize {
         let mut q = self.lock();
-        let stealable = q.iter().filter(|e| e.stealable()).count();
-        let want = stealable.div_ceil(2);
-        if want == 0 {
-            return 0;
-        }
-        let mut kept = VecDeque::with_capacity(q.len() - want);
+        let want = self.stealable().div_ceil(2).min(STEAL_MAX);
+        let mut passed = Vec::new();
         let mut taken = 0;
-        for e in q.drain(..) {
-            if taken < want && e.stealable() {
+        while taken < want {
+            let Some(e) = q.pop_front() else { break };
+            if e.stealable() {
                 out.push(e);
                 taken += 1;
             } else {
-                kept.push_back(e);
+                passed.push(e);
             }
         }
-        *q = kept;
+        while let Some(e) = passed.pop() {
+            q.push_front(e);
+        }
         self.stealable.fetch_sub(taken, Ordering::Relaxed);
         self.publish(&q);
         taken
@@ -496,5 +528,117 @@ impl SharedQueue {
         self.stealable.store(0, Ordering::Relaxed);
         self.publish(&q);
         all
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fiber::stack::{round_stack_size, size_class};
+    use crate::sched::{Config, Scheduler};
+    use std::sync::Arc;
+
+    fn scheduler() -> Arc<Scheduler> {
+        Arc::new(
+            Scheduler::new(Config {
+                workers: 1,
+                stack_class: size_class(round_stack_size(64 << 10).unwrap()),
+                max_pooled_stacks: 0,
+                thread_name: "queue-test".into(),
+                stall_warning: None,
+            })
+            .unwrap(),
+        )
+    }
+
+    /// An unstarted fiber; `pinned` ones have an owner and are not stealable.
+    fn fiber(sched: &Arc<Scheduler>, pinned: bool) -> FiberRef {
+        let owner = if pinned { 0 } else { NO_OWNER };
+        let reservation = sched.config.stack_class.reserve().unwrap();
+        let (fiber, handle) =
+            crate::fiber::new_fiber(0, || (), None, sched.clone(), owner, reservation);
+        drop(handle);
+        fiber
+    }
+
+    fn local_of(sched: &Arc<Scheduler>, pinned: impl Fn(u64) -> bool, n: u64) -> LocalQueue {
+        let mut q = LocalQueue::new();
+        for stamp in 1..=n {
+            q.push(Entry::new(stamp, fiber(sched, pinned(stamp))));
+        }
+        q
+    }
+
+    fn stamps(entries: &[Entry]) -> Vec<u64> {
+        entries.iter().map(|e| e.stamp).collect()
+    }
+
+    fn queued_stamps(q: &mut LocalQueue) -> Vec<u64> {
+        std::iter::from_fn(|| q.pop()).map(|e| e.stamp).collect()
+    }
+
+    #[test]
+    fn a_thief_takes_at_most_one_batch_oldest_first() {
+        let s = scheduler();
+        let mut q = local_of(&s, |_| false, 1_000);
+        let taken = q.take_stealable_oldest();
+        assert_eq!(stamps(&taken), (1..=STEAL_MAX as u64).collect::<Vec<_>>());
+        assert_eq!(q.stealable(), 1_000 - STEAL_MAX);
+        assert_eq!(
+            queued_stamps(&mut q),
+            (STEAL_MAX as u64 + 1..=1_000).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn a_thief_passes_over_pinned_entries_and_they_keep_their_places() {
+        let s = scheduler();
+        // 1 000 pinned entries ahead of 10 stealable ones: still found.
+        let mut q = local_of(&s, |stamp| stamp <= 1_000, 1_010);
+        let taken = q.take_stealable_oldest();
+        assert_eq!(stamps(&taken), (1_001..=1_010).collect::<Vec<_>>());
+        assert_eq!(q.stealable(), 0);
+        assert_eq!(queued_stamps(&mut q), (1..=1_000).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn shedding_hands_over_the_newest_half_in_order_at_most_one_batch() {
+        let s = scheduler();
+        let mut q = local_of(&s, |stamp| stamp % 2 == 0, 100);
+        let taken = q.take_stealable_newest_half();
+        // 50 stealable (odd stamps): the newest 25 of them.
+        assert_eq!(stamps(&taken), (51..=99).step_by(2).collect::<Vec<_>>());
+        let kept = queued_stamps(&mut q);
+        assert_eq!(kept.len(), 75);
+        assert!(kept.windows(2).all(|w| w[0] < w[1]), "order kept");
+
+        let mut big = local_of(&s, |_| false, 10_000);
+        assert_eq!(big.take_stealable_newest_half().len(), STEAL_MAX);
+    }
+
+    #[test]
+    fn an_inbox_steal_takes_half_at_most_one_batch() {
+        let s = scheduler();
+        let inbox = SharedQueue::new();
+        let mut next = 0;
+        let mut stamp = || {
+            next += 1;
+            next
+        };
+        for i in 0..10 {
+            inbox.push(fiber(&s, i % 3 == 0), &mut stamp);
+        }
+        let mut out = Vec::new();
+        // 6 stealable: half of them, the oldest.
+        assert_eq!(inbox.steal_half(&mut out), 3);
+        assert_eq!(stamps(&out), vec![2, 3, 5]);
+        assert_eq!(inbox.len(), 7);
+        assert_eq!(inbox.head_stamp(), 1);
+
+        for _ in 0..1_000 {
+            inbox.push(fiber(&s, false), &mut stamp);
+        }
+        out.clear();
+        assert_eq!(inbox.steal_half(&mut out), STEAL_MAX);
     }
 }

@@ -42,6 +42,10 @@ const SPIN_US: u64 = 30;
 /// A sleep shorter than this counts as "cut short by a wake".
 const SHORT_SLEEP_US: u64 = 200;
 
+/// Unstarted fibers a worker keeps in its local queue before new spawns
+/// go to its inbox, where idle workers steal from.
+const LOCAL_SPAWN_BACKLOG: usize = 32;
+
 /// Fiber ids a worker takes from the global counter at a time.
 const ID_BLOCK: u64 = 1024;
 
@@ -276,15 +280,35 @@ pub(crate) fn push_new_here(sched: &Scheduler, fiber: FiberRef) -> Result<(), Fi
     with_worker(|w| match w {
         Some(w) if std::ptr::eq(Arc::as_ptr(&w.sched), sched) => {
             let pinned = fiber.header.owner.load(Ordering::Relaxed) != crate::fiber::NO_OWNER;
-            // A stalled worker (its fiber blocks the thread in a call) must
-            // not collect new work: the inbox is where others take it from.
-            let stalled = w.shared().local.stalled.load(Ordering::Relaxed);
-            if !pinned && (stalled || sched.sleepers.load(Ordering::Relaxed) > 0) {
-                w.shared().inbox.push(fiber, || sched.stamp());
-                sched.wake_one_sleeper();
+            // New work goes where other workers can take it (the inbox)
+            // when this worker is stalled (its fiber blocks the thread in a
+            // call), when a worker sleeps, or when this worker already has a
+            // backlog of unstarted fibers: a fiber that spawns in a long
+            // loop does not return to the loop that would shed its backlog,
+            // and every fiber it starts late holds a stack longer.
+            let shared = w.shared();
+            let shared_only = !pinned
+                && (shared.local.stalled.load(Ordering::Relaxed)
+                    || sched.sleepers.load(Ordering::Relaxed) > 0);
+            let backlog_cap = if pinned || sched.workers.len() == 1 {
+                usize::MAX
             } else {
-                let stamp = sched.stamp();
-                w.with_local(|local| local.push(Entry::new(stamp, fiber)));
+                LOCAL_SPAWN_BACKLOG
+            };
+            let for_inbox = if shared_only {
+                Some(fiber)
+            } else {
+                w.with_local(|local| {
+                    if local.stealable() >= backlog_cap {
+                        return Some(fiber);
+                    }
+                    local.push(Entry::new(sched.stamp(), fiber));
+                    None
+                })
+            };
+            if let Some(fiber) = for_inbox {
+                shared.inbox.push(fiber, || sched.stamp());
+                sched.wake_one_sleeper();
             }
             w.count_spawned();
             Ok(())
@@ -524,7 +548,7 @@ impl Worker {
         if local.stealable() < 2 || self.sched.sleepers.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let batch = local.take_stealable_half();
+        let batch = local.take_stealable_newest_half();
         self.shared().inbox.merge(batch);
         self.sched.wake_one_sleeper();
     }
@@ -771,9 +795,11 @@ impl Worker {
                 && victim.local.try_steal_enter()
             {
                 // Its running fiber blocks its thread: every unstarted fiber
-                // queued there would wait for the call. Take them all.
+                // queued there would wait for the call. Take the oldest
+                // (a bounded batch: this worker comes back for the rest
+                // once it has run them).
                 // SAFETY: we are inside the victim's queue.
-                let mut taken = unsafe { victim.local.get() }.take_all_stealable();
+                let mut taken = unsafe { victim.local.get() }.take_stealable_oldest();
                 victim.local.steal_leave();
                 if !taken.is_empty() {
                     self.shared()
