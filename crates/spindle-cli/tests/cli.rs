@@ -35,10 +35,11 @@ fn upstream() -> (spindle::Runtime, std::net::SocketAddr) {
     (rt, addr)
 }
 
-#[test]
-fn serve_without_an_app_answers_hello_and_drains_on_ctrl_c() {
+/// Starts `spindle serve` with `args`; returns the child and its URL.
+fn serve(args: &[&str]) -> (std::process::Child, String) {
     let mut child = Command::new(SPINDLE)
-        .args(["serve", "--listen", "127.0.0.1:0", "--workers", "1"])
+        .arg("serve")
+        .args(args)
         .env(
             "XDG_CACHE_HOME",
             std::env::temp_dir().join("spindle-cli-test-cache"),
@@ -51,17 +52,32 @@ fn serve_without_an_app_answers_hello_and_drains_on_ctrl_c() {
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    // "spindle: serving built-in hello on http://127.0.0.1:PORT/"
     let url = line
         .split_whitespace()
         .find(|w| w.starts_with("http://"))
         .unwrap_or_else(|| panic!("no address in {line:?}"))
         .to_string();
+    (child, url)
+}
+
+/// `"CODE BODY"` of a GET with curl, bounded by `--max-time 15`.
+fn curl(url: &str) -> String {
     let out = Command::new("curl")
-        .args(["-sS", "--max-time", "10", &url])
+        .args(["-sS", "--max-time", "15", "-w", "\n%{http_code}", url])
         .output()
         .unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "Hello, World!");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    match stdout.rsplit_once('\n') {
+        Some((body, code)) => format!("{code} {body}"),
+        None => format!("curl failed: {}", String::from_utf8_lossy(&out.stderr)),
+    }
+}
+
+#[test]
+fn serve_without_an_app_answers_hello_and_drains_on_ctrl_c() {
+    // "spindle: serving built-in hello on http://127.0.0.1:PORT/"
+    let (mut child, url) = serve(&["--listen", "127.0.0.1:0", "--workers", "1"]);
+    assert_eq!(curl(&url), "200 Hello, World!");
 
     // Ctrl-C: drain and exit 0.
     Command::new("sh")
@@ -86,6 +102,44 @@ fn serve_without_an_app_answers_hello_and_drains_on_ctrl_c() {
         .read_to_string(&mut err)
         .unwrap();
     assert!(err.contains("draining"), "{err}");
+}
+
+#[test]
+fn a_guests_sleep_and_the_request_deadline_fire_on_an_idle_worker() {
+    // One worker and nothing else happening: only the timers can wake it.
+    let (mut child, url) = serve(&[
+        &guest("sleep"),
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--timeout",
+        "1",
+    ]);
+    let started = std::time::Instant::now();
+    let short = curl(&format!("{url}?ms=200"));
+    let short_took = started.elapsed();
+    let started = std::time::Instant::now();
+    let long = curl(&format!("{url}?ms=5000"));
+    let long_took = started.elapsed();
+    let _ = child.kill();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let _ = child.wait();
+    assert_eq!(short, "200 slept 200 ms", "{err}");
+    // A guest that sleeps past `--timeout` is cut off by the deadline (not
+    // answered 200 when something else wakes the worker), and the client
+    // hears about it, not its own `--max-time`.
+    assert!(long.starts_with("5"), "{long} {err}");
+    assert!(err.contains("deadline exceeded"), "{err}");
+    // Bounds for hangs, not measurements: the bug they catch took minutes.
+    assert!(short_took < Duration::from_secs(10), "{short_took:?}");
+    assert!(long_took < Duration::from_secs(10), "{long_took:?}");
 }
 
 #[test]

@@ -51,10 +51,14 @@ fn a_fiber_that_blocks_its_worker_is_reported_once_by_id_and_name() {
     assert!(out.status.success(), "a warning, not a crash: {stderr}");
     let early: Vec<_> = stderr
         .lines()
-        .filter(|l| l.contains("without a switch:"))
+        .filter(|l| l.contains("without a switch;"))
         .collect();
     assert_eq!(early.len(), 1, "reported once while it blocks: {stderr}");
     assert!(early[0].contains("worker 0 has run fiber "), "{stderr}");
+    assert!(
+        early[0].contains("\"sleepy-handler\"") && early[0].contains("blocked in a sleep"),
+        "named, with what it is blocked in, while it blocks: {stderr}"
+    );
     let named: Vec<_> = stderr
         .lines()
         .filter(|l| l.contains("\"sleepy-handler\" blocked worker 0"))
@@ -63,6 +67,84 @@ fn a_fiber_that_blocks_its_worker_is_reported_once_by_id_and_name() {
         named.len(),
         1,
         "and once by name when it comes back: {stderr}"
+    );
+}
+
+#[test]
+fn child_std_lock_across_a_park() {
+    if role().as_deref() != Some("std-lock") {
+        return;
+    }
+    let rt = spindle::Runtime::builder()
+        .workers(1)
+        .stall_warning(Some(Duration::from_millis(50)))
+        .build()
+        .unwrap();
+    rt.block_on(|| {
+        let lock = std::sync::Arc::new(std::sync::Mutex::new(0));
+        let l = lock.clone();
+        let holder = spindle::Builder::new()
+            .name("guard-holder")
+            .spawn(move || {
+                let mut guard = l.lock().unwrap();
+                // Parks with a std guard held: the mistake under test.
+                spindle::time::sleep(Duration::from_millis(100));
+                *guard += 1;
+            })
+            .unwrap();
+        spindle::yield_now();
+        let waiter = spindle::Builder::new()
+            .name("lock-waiter")
+            .spawn(move || *lock.lock().unwrap() += 1)
+            .unwrap();
+        // Never returns: the waiter blocks the only worker's thread, so the
+        // holder's timer can never run it again.
+        waiter.join().unwrap();
+        holder.join().unwrap();
+    });
+}
+
+#[test]
+fn a_std_lock_held_across_a_park_is_named_as_the_deadlock_it_is() {
+    if role().is_some() {
+        return;
+    }
+    use std::io::{BufRead, BufReader};
+    let mut child = child("child_std_lock_across_a_park", "std-lock")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
+    let report = loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if line.contains("without a switch;") => break Some(line),
+            Ok(line) => seen.push(line),
+            Err(_) => break None,
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let report = report.unwrap_or_else(|| panic!("no stall report; stderr: {seen:?}"));
+    assert!(report.contains("worker 0 has run fiber "), "{report}");
+    assert!(
+        report.contains("\"lock-waiter\""),
+        "names the fiber: {report}"
+    );
+    assert!(
+        report.contains("futex wait") && report.contains("spindle::sync::Mutex"),
+        "says what it is blocked in and the remedy: {report}"
     );
 }
 

@@ -89,11 +89,16 @@ pub(crate) fn dump(sched: &Scheduler) -> String {
         match r {
             Some(r) => out.push_str(&r),
             None => {
-                let id = sched.workers[i].running_fiber.load(Ordering::Relaxed);
+                let w = &sched.workers[i];
+                let id = w.running_fiber.load(Ordering::Relaxed);
+                let name = super::watchdog::running_name(w, id)
+                    .map(|n| format!(" \"{n}\""))
+                    .unwrap_or_default();
                 let _ = writeln!(
                     out,
-                    "worker {i}: did not answer in 200 ms: it has been running fiber {id} \
-                     without a switch (a blocking call on a fiber?)"
+                    "worker {i}: did not answer in 200 ms: it has been running fiber {id}{name} \
+                     without a switch; {}",
+                    super::watchdog::blocked_in(w.tid.load(Ordering::Relaxed))
                 );
             }
         }

@@ -77,7 +77,9 @@ pub(crate) mod scope;
 pub(crate) mod watchdog;
 pub(crate) mod worker;
 
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    fence, AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::Thread;
 
@@ -145,6 +147,14 @@ pub(crate) struct WorkerShared {
     pub(crate) stacks_pooled: AtomicUsize,
     /// Id of the fiber the worker is running (0: none), for diagnostics.
     pub(crate) running_fiber: AtomicU64,
+    /// Header of the fiber being resumed (null: none). Another thread may
+    /// read through it only while inside `local` (see `SharedLocal`): the
+    /// loop cannot leave the dispatch, and drop its reference to the fiber,
+    /// before it has entered again.
+    pub(crate) running_header: AtomicPtr<crate::fiber::FiberHeader>,
+    /// The worker thread's kernel thread id (0 until it starts), so the
+    /// watchdog can say what a stalled worker's thread is blocked in.
+    pub(crate) tid: AtomicI32,
     /// This worker's answer to the latest dump request: (generation, text).
     pub(crate) dump_report: Mutex<(u64, String)>,
     /// The generation of the last dump request this worker answered (read
@@ -179,6 +189,8 @@ impl WorkerShared {
             local_len: AtomicUsize::new(0),
             stacks_pooled: AtomicUsize::new(0),
             running_fiber: AtomicU64::new(0),
+            running_header: AtomicPtr::new(std::ptr::null_mut()),
+            tid: AtomicI32::new(0),
             dump_report: Mutex::new((0, String::new())),
             dump_answered: AtomicU64::new(0),
             cancelled_all: AtomicBool::new(false),

@@ -16,9 +16,13 @@
 //!   remedy for the started fibers is to move the call to
 //!   `blocking::run`.
 //! * **Warning (after the `stall_warning` threshold):** reported at once on
-//!   stderr, by id (the watchdog cannot safely touch the fiber); when the
-//!   fiber finally switches back its worker reports it again with its name
-//!   and how long it held the worker. Each fiber is reported once.
+//!   stderr: the fiber's id and name, and what its thread is blocked in,
+//!   read from `/proc` (a futex wait — a `std::sync` lock, condvar or
+//!   channel —, a read on a socket, a sleep, or running on the CPU). The
+//!   name is read through the worker's `running_header` while the watchdog
+//!   is inside the worker's local queue (the loop cannot end the dispatch
+//!   meanwhile). When the fiber finally switches back its worker reports
+//!   how long it held the worker. Each fiber is reported once.
 //!
 //! The watchdog samples every 5 ms while any worker runs a fiber and every
 //! 50 ms while all are idle.
@@ -28,7 +32,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use super::Scheduler;
+use super::{Scheduler, WorkerShared};
 
 /// A dispatch longer than this marks its worker stalled.
 const STALL_AFTER: Duration = Duration::from_millis(10);
@@ -84,10 +88,12 @@ fn run(sched: Weak<Scheduler>, threshold: Option<Duration>) {
                 *w.stall_since.lock().unwrap_or_else(|e| e.into_inner()) = Some(since);
                 w.stalled_seq.store(seq, Ordering::Release);
                 eprintln!(
-                    "spindle: worker {i} has run fiber {fiber} for {} ms without a switch: \
-                     a blocking call on a fiber stops every fiber of its worker \
-                     (move it to spindle::blocking::spawn_blocking)",
-                    held.as_millis()
+                    "spindle: worker {i} has run fiber {fiber}{} for {} ms without a switch; {}",
+                    running_name(w, fiber)
+                        .map(|n| format!(" \"{n}\""))
+                        .unwrap_or_default(),
+                    held.as_millis(),
+                    blocked_in(w.tid.load(Ordering::Relaxed))
                 );
             }
         }
@@ -99,5 +105,188 @@ fn run(sched: Weak<Scheduler>, threshold: Option<Duration>) {
         if let Some(t) = threshold {
             period = period.min((t / 2).max(Duration::from_millis(5)));
         }
+    }
+}
+
+/// The name of fiber `id` if worker `w` is still running it.
+pub(crate) fn running_name(w: &WorkerShared, id: u64) -> Option<String> {
+    // Inside the worker's local queue the loop cannot finish the dispatch
+    // (it re-enters before it drops its reference to the fiber). If the
+    // fiber itself is inside (a spawn or a wake), try again next sample.
+    if !w.local.try_steal_enter() {
+        return None;
+    }
+    let header = w.running_header.load(Ordering::Acquire);
+    // SAFETY: non-null, it is the header of the fiber being resumed, which
+    // the loop keeps alive until after it enters again (see above); the
+    // name is immutable after spawn.
+    let name = unsafe { header.as_ref() }
+        .filter(|h| h.id == id)
+        .and_then(|h| h.name.as_deref().map(str::to_owned));
+    w.local.steal_leave();
+    name
+}
+
+/// What the thread `tid` of this process is doing, in words, with the
+/// remedy that applies.
+pub(crate) fn blocked_in(tid: i32) -> String {
+    let what = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
+        .ok()
+        .map(|s| describe_syscall(s.trim()));
+    match what {
+        Some(Blocked::Running) => {
+            "it is running on the CPU without a switch (a long computation or a spin: \
+             call spindle::yield_now in the loop, or move it to spindle::blocking::spawn_blocking)"
+                .to_string()
+        }
+        Some(Blocked::Futex) => {
+            "its thread is blocked in a futex wait: a std::sync Mutex, RwLock, \
+             Condvar or channel, or a thread park. If another fiber of this worker holds that lock \
+             across a park, this worker is deadlocked: use spindle::sync::Mutex, which parks only \
+             the fiber"
+                .to_string()
+        }
+        Some(Blocked::Call(call)) => format!(
+            "its thread is blocked in {call}: a blocking call on a fiber stops every fiber of \
+             its worker (use spindle's own I/O and sleep, or move the call to \
+             spindle::blocking::spawn_blocking)"
+        ),
+        None => "a blocking call on a fiber stops every fiber of its worker \
+                 (move it to spindle::blocking::spawn_blocking)"
+            .to_string(),
+    }
+}
+
+#[derive(Debug, PartialEq)]
+enum Blocked {
+    Running,
+    Futex,
+    Call(String),
+}
+
+/// Reads a line of `/proc/<pid>/task/<tid>/syscall`: `running`, or the
+/// system call's number and arguments in hex.
+fn describe_syscall(line: &str) -> Blocked {
+    if line == "running" {
+        return Blocked::Running;
+    }
+    let mut fields = line.split_whitespace();
+    let Some(nr) = fields.next().and_then(|n| n.parse::<libc::c_long>().ok()) else {
+        return Blocked::Call("an unknown state".to_string());
+    };
+    let fd = fields
+        .next()
+        .and_then(|a| i64::from_str_radix(a.trim_start_matches("0x"), 16).ok())
+        .unwrap_or(-1);
+    let on_fd = |verb: &str| {
+        let target = std::fs::read_link(format!("/proc/self/fd/{fd}"))
+            .map(|p| format!(" ({})", p.display()))
+            .unwrap_or_default();
+        format!("{verb} on fd {fd}{target}")
+    };
+    match nr {
+        libc::SYS_futex => Blocked::Futex,
+        libc::SYS_read
+        | libc::SYS_readv
+        | libc::SYS_pread64
+        | libc::SYS_recvfrom
+        | libc::SYS_recvmsg => Blocked::Call(on_fd("a read")),
+        libc::SYS_write
+        | libc::SYS_writev
+        | libc::SYS_pwrite64
+        | libc::SYS_sendto
+        | libc::SYS_sendmsg => Blocked::Call(on_fd("a write")),
+        libc::SYS_accept | libc::SYS_accept4 => Blocked::Call(on_fd("an accept")),
+        libc::SYS_connect => Blocked::Call(on_fd("a connect")),
+        libc::SYS_flock => Blocked::Call(on_fd("a file lock")),
+        libc::SYS_nanosleep | libc::SYS_clock_nanosleep => {
+            Blocked::Call("a sleep (std::thread::sleep: use spindle::time::sleep)".to_string())
+        }
+        libc::SYS_ppoll | libc::SYS_pselect6 | libc::SYS_epoll_pwait => {
+            Blocked::Call("a poll".to_string())
+        }
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_poll | libc::SYS_select | libc::SYS_epoll_wait => {
+            Blocked::Call("a poll".to_string())
+        }
+        libc::SYS_wait4 | libc::SYS_waitid => {
+            Blocked::Call("a wait for a child process".to_string())
+        }
+        -1 => Blocked::Call("a page fault or the kernel".to_string()),
+        n => Blocked::Call(format!("system call {n}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn syscall_lines_are_named() {
+        assert_eq!(describe_syscall("running"), Blocked::Running);
+        let futex = format!(
+            "{} 0x7f00 0x80 0x2 0x0 0x0 0x0 0x7ffd 0x7f",
+            libc::SYS_futex
+        );
+        assert_eq!(describe_syscall(&futex), Blocked::Futex);
+        let sleep = format!(
+            "{} 0x0 0x0 0x7ffd 0x0 0x0 0x0 0x7ffd 0x7f",
+            libc::SYS_clock_nanosleep
+        );
+        assert!(matches!(describe_syscall(&sleep), Blocked::Call(s) if s.contains("sleep")));
+        let read = format!(
+            "{} 0x0 0x7f00 0x1000 0x0 0x0 0x0 0x7ffd 0x7f",
+            libc::SYS_read
+        );
+        assert!(
+            matches!(describe_syscall(&read), Blocked::Call(s) if s.starts_with("a read on fd 0"))
+        );
+    }
+
+    /// Polls `tid`'s state for up to 5 s until `want` describes it.
+    fn becomes(tid: i32, want: &str) -> bool {
+        let end = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < end {
+            if blocked_in(tid).contains(want) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        false
+    }
+
+    #[test]
+    fn a_thread_blocked_on_a_std_mutex_is_named_a_futex_wait() {
+        let lock = Arc::new(std::sync::Mutex::new(()));
+        let held = lock.lock().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let l = lock.clone();
+        let t = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() }).unwrap();
+            drop(l.lock().unwrap());
+        });
+        let tid = rx.recv().unwrap();
+        assert!(becomes(tid, "futex wait"), "{}", blocked_in(tid));
+        drop(held);
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn a_spinning_thread_is_named_running() {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let s = stop.clone();
+        let t = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() }).unwrap();
+            while !s.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        });
+        let tid = rx.recv().unwrap();
+        assert!(becomes(tid, "running on the CPU"), "{}", blocked_in(tid));
+        stop.store(true, Ordering::Relaxed);
+        t.join().unwrap();
     }
 }

@@ -386,6 +386,9 @@ impl LiveTable {
 pub(crate) fn run(sched: Arc<Scheduler>, index: usize) {
     let _alt_stack = AltStack::ensure();
     let _ = sched.workers[index].thread.set(thread::current());
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    sched.workers[index].tid.store(tid, Ordering::Relaxed);
     let worker = Worker {
         index,
         loop_holds: Cell::new(false),
@@ -631,6 +634,9 @@ impl Worker {
         let seq = self.dispatches.get();
         shared.dispatch_seq.store(seq, Ordering::Relaxed);
         shared.running_fiber.store(header.id, Ordering::Relaxed);
+        shared
+            .running_header
+            .store(std::ptr::from_ref(header).cast_mut(), Ordering::Release);
         // While the fiber runs, the local queue's lock is free: the fiber's
         // own wakes and spawns take it, and so may a thief if the fiber
         // blocks this thread in a call (the stall detector marks us).
@@ -644,6 +650,9 @@ impl Worker {
         self.loop_holds.set(true);
         self.current.set(std::ptr::null());
         shared.running_fiber.store(0, Ordering::Relaxed);
+        shared
+            .running_header
+            .store(std::ptr::null_mut(), Ordering::Relaxed);
         if shared.local.stalled.load(Ordering::Relaxed) {
             shared.local.stalled.store(false, Ordering::Relaxed);
         }
