@@ -77,11 +77,13 @@ def rows(quick):
         ]),
         ("spawn and park 200 000 fibers, 1 worker", [
             ("spindle", sp("spawn-park", 200_000), None),
+            ("floor: one fresh page per 260 KiB slot, no runtime", sp("page-touch", 200_000), None),
             ("go", gb("spawn-park", 200_000), go),
             ("tokio current_thread (tasks on a oneshot)", pe("tokio-ct", "spawn-park", 200_000), None),
         ]),
         (f"spawn and park {big_n} fibers, 1 worker", [
             ("spindle", sp("spawn-park", big_n), None),
+            ("floor: one fresh page per 260 KiB slot, no runtime", sp("page-touch", big_n), None),
             ("go", gb("spawn-park", big_n), go),
             ("tokio current_thread (tasks on a oneshot)", pe("tokio-ct", "spawn-park", big_n), None),
         ]),

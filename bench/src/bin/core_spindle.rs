@@ -69,8 +69,7 @@ fn main() {
         "fibers" => {
             // The README's `fibers` example: N fibers spawned, each yields
             // once, then all joined; 2 workers.
-            let w: usize = std::env::var("W").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
-            let rt = spindle::Runtime::builder().workers(w).build().unwrap();
+            let rt = spindle::Runtime::builder().workers(2).build().unwrap();
             let ms = rt.block_on(move || {
                 let start = Instant::now();
                 let handles: Vec<_> = (0..n)
@@ -81,7 +80,6 @@ fn main() {
                         })
                     })
                     .collect();
-                if std::env::var("DBG").is_ok() { eprintln!("spawned in {:?}", start.elapsed()); }
                 let sum: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
                 assert_eq!(sum, n * (n - 1) / 2);
                 start.elapsed().as_secs_f64() * 1e3
@@ -118,6 +116,30 @@ fn main() {
             rt.shutdown();
             let stop_ms = start.elapsed().as_secs_f64() * 1e3;
             report(stop_ms, "ms");
+        }
+        "page-touch" => {
+            // The floor under spawn-park: no runtime, only the kernel's cost
+            // of the one fresh page each parked fiber's stack needs (one
+            // page touched per 256 KiB stack + 4 KiB guard slot).
+            let slot = (256 + 4) << 10;
+            // SAFETY: a fresh anonymous mapping, touched only below.
+            let base = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    n as usize * slot,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                    -1,
+                    0,
+                )
+            };
+            assert_ne!(base, libc::MAP_FAILED);
+            let start = Instant::now();
+            for i in 0..n as usize {
+                // SAFETY: inside the mapping.
+                unsafe { (base as *mut u8).add(i * slot + slot - 64).write_volatile(1) };
+            }
+            report(start.elapsed().as_secs_f64() * 1e3, "ms");
         }
         other => panic!("unknown bench {other}"),
     }
