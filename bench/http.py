@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""HTTP benchmark (issue 5): wrk against spindle-http and its peers, each
+"""HTTP benchmark: wrk against spindle-http and its peers, each
 server on one worker pinned to CPU 1, wrk (1 thread) pinned to CPU 0,
 interleaved rounds, medians.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Channel and mutex benchmarks (issue 4): Spindle against Go, tokio,
+"""Channel and mutex benchmarks: Spindle against Go, tokio,
 crossbeam-channel and parking_lot, interleaved rounds, medians, ratios.
 
     python3 bench/sync.py [--rounds 5]

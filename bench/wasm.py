@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""WebAssembly host benchmark (issue 6): `spindle serve` against
+"""WebAssembly host benchmark: `spindle serve` against
 `wasmtime serve` 48.0.8 on the same components from guests/wasm, each
 server pinned to CPU 1 (spindle with one worker), the load on CPU 0,
 interleaved rounds, medians. Both instantiate a fresh instance per request
@@ -11,7 +11,7 @@ Rows:
             guest (WASI monotonic-clock pollable)
   outbound  RSS while 1000 requests each wait on an outgoing request to a
             slow local server (it answers after 2 s)
-  burn      seed 000's measurement: latency of a tiny request every 20 ms,
+  burn      a computing guest's neighbours: latency of a tiny request every 20 ms,
             alone and while 4 clients keep long burn requests running
 
     python3 bench/wasm.py [--rounds 3] [--secs 5]

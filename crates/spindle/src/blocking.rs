@@ -1,6 +1,6 @@
 //! The blocking pool: threads for calls that block inside code that knows
-//! nothing of fibers (seed 001 §2: DNS, other libraries; seed 004 §7.7.2:
-//! regular files).
+//! nothing of fibers: DNS, other libraries, regular files (`docs/DESIGN.md`,
+//! "Work the loop cannot see").
 //!
 //! [`spawn_blocking`] runs a closure on a pool thread while the calling
 //! fiber parks; the pool thread wakes the fiber when it is done. On a plain
@@ -160,7 +160,7 @@ where
         match why {
             // The job goes on on its pool thread; its result is dropped.
             Wake::Cancelled => park::exit_cancelled(),
-            Wake::Elapsed => crate::time::elapsed_exit(),
+            Wake::Elapsed => crate::sched::park::elapsed_exit(),
             _ => {}
         }
         let mut st = done.state.lock().unwrap_or_else(|e| e.into_inner());

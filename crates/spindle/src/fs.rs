@@ -1,7 +1,7 @@
 //! Files, through the blocking pool: regular files are always "ready" to
 //! epoll, so a read that has to go to disk would stop the worker. Each call
-//! here runs the std call on a pool thread while the fiber waits (seed 004
-//! §7.7.2); on a plain thread it is just the std call.
+//! here runs the std call on a pool thread while the fiber waits; on a
+//! plain thread it is just the std call.
 //!
 //! ```
 //! spindle::run(|| {

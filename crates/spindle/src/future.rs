@@ -5,7 +5,7 @@
 //! fiber runnable again on its own worker. Off any fiber it parks the
 //! calling thread instead.
 //!
-//! # Seed 000's second rule
+//! # Nested polls stay in place (`docs/DESIGN.md`)
 //!
 //! A `block_on` reached *while this fiber is already polling a future in
 //! `block_on`* (a future that itself calls blocking-style code, such as a
@@ -154,7 +154,7 @@ fn block_on_fiber<F: Future>(future: F) -> F::Output {
         );
         match why {
             park::Wake::Ready => {}
-            other => crate::sync::exit_for(other),
+            other => crate::sched::park::exit_for(other),
         }
     }
 }

@@ -1,5 +1,5 @@
 //! Waiting on any file descriptor: for integrating other libraries'
-//! non-blocking sockets with Spindle (seed 001's one wait function).
+//! non-blocking sockets with Spindle (the one wait function for any fd).
 //!
 //! [`wait_readable`] / [`wait_writable`] park the calling fiber until the fd
 //! is ready (or block a plain thread in `poll(2)`); [`readable`] /
@@ -216,7 +216,7 @@ pub struct Readiness {
 }
 
 /// Readiness of `fd` for reading, as a future: for code that must not
-/// switch fibers (seed 004 §7.7.2). Woken by the same netpoller as
+/// switch fibers (a wasmtime host call, say). Woken by the same netpoller as
 /// [`wait_readable`]. Like it, await it only after an `EAGAIN`.
 pub fn readable(fd: RawFd) -> Readiness {
     Readiness {

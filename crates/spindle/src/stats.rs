@@ -18,8 +18,8 @@ pub struct Stats {
     pub global_queued: usize,
     /// One entry per worker.
     pub workers: Vec<WorkerStats>,
-    /// Waits of this runtime's fibers published and not yet ended (seed
-    /// 004's `task::registrations()`): back to zero when nothing waits.
+    /// Waits of this runtime's fibers published and not yet ended: back to
+    /// zero when nothing waits (a leak check for wait registrations).
     pub wait_registrations: usize,
 }
 

@@ -37,57 +37,10 @@ pub fn sleep(duration: Duration) {
 
 /// Sleeps until `deadline`: parks the fiber (or blocks the thread).
 pub fn sleep_until(deadline: Instant) {
-    if crate::fiber::running_is_stopped() {
-        // A runtime stop is unwinding this fiber: a destructor's sleep
-        // would only hold up the stop.
-        return;
-    }
-    if !worker::can_park() {
-        let now = Instant::now();
-        if deadline > now {
-            std::thread::sleep(deadline - now);
-        }
-        return;
-    }
-    while Instant::now() < deadline {
-        // Nothing but the timer (or a cancel, or a timeout) ends this wait.
-        match park::wait(park::WaitKind::Sleep, Some(deadline), |_| true, |_| ()) {
-            park::Wake::Cancelled => park::exit_cancelled(),
-            park::Wake::Elapsed => elapsed_exit(),
-            _ => {}
-        }
-    }
+    park::sleep_until(deadline)
 }
 
-/// A [`timeout`] ran out: the deadline passed while `f` waited.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Elapsed {
-    deadline: Instant,
-}
-
-impl Elapsed {
-    /// The deadline that passed.
-    pub fn deadline(&self) -> Instant {
-        self.deadline
-    }
-}
-
-impl std::fmt::Display for Elapsed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("deadline has elapsed")
-    }
-}
-
-impl std::error::Error for Elapsed {}
-
-/// Unwinds out of a wait cut short by the deadline of an enclosing
-/// [`timeout`], which catches it.
-pub(crate) fn elapsed_exit() -> ! {
-    let deadline = worker::current_fiber()
-        .and_then(|f| f.header.elapsed.get())
-        .unwrap_or_else(Instant::now);
-    std::panic::resume_unwind(Box::new(Elapsed { deadline }))
-}
+pub use crate::sched::park::Elapsed;
 
 /// Runs `f` with a deadline `duration` from now that applies to every wait
 /// inside it (nested timeouts take the earlier deadline). A wait past the
@@ -132,11 +85,11 @@ pub fn timeout<T>(duration: Duration, f: impl FnOnce() -> T) -> Result<T, Elapse
     match result {
         Ok(v) if hit == Some(deadline) => {
             drop(v);
-            Err(Elapsed { deadline })
+            Err(Elapsed::at(deadline))
         }
         Ok(v) => Ok(v),
         Err(payload) => match payload.downcast::<Elapsed>() {
-            Ok(e) if e.deadline == deadline => Err(*e),
+            Ok(e) if e.deadline() == deadline => Err(*e),
             Ok(e) => std::panic::resume_unwind(e),
             Err(other) => std::panic::resume_unwind(other),
         },

@@ -376,7 +376,7 @@ impl<T> Sender<T> {
             },
             Wake::TimedOut => Err(SendTimeoutError::Timeout(keep_value())),
             Wake::Closed => Err(SendTimeoutError::Disconnected(keep_value())),
-            other => crate::sync::exit_for(other),
+            other => crate::sched::park::exit_for(other),
         }
     }
 
@@ -470,7 +470,7 @@ impl<T> Receiver<T> {
                 .expect("a ready receive has its message")),
             Wake::TimedOut => Err(RecvTimeoutError::Timeout),
             Wake::Closed => Err(RecvTimeoutError::Disconnected),
-            other => crate::sync::exit_for(other),
+            other => crate::sched::park::exit_for(other),
         }
     }
 

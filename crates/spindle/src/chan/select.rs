@@ -307,7 +307,7 @@ pub fn __select(
             return true;
         }
         match why {
-            Wake::Cancelled | Wake::Elapsed => crate::sync::exit_for(why),
+            Wake::Cancelled | Wake::Elapsed => crate::sched::park::exit_for(why),
             Wake::TimedOut => {
                 // A hand-over may have raced the deadline and lost: values
                 // stay with their senders. Nothing completed.

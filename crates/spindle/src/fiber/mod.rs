@@ -854,7 +854,7 @@ impl<T> JoinHandle<T> {
             );
             match why {
                 Wake::Ready => {}
-                other => crate::sync::exit_for(other),
+                other => crate::sched::park::exit_for(other),
             }
             debug_assert!(header.state() & state::COMPLETE != 0);
         }

@@ -2,7 +2,7 @@
 //!
 //! Every socket here is non-blocking underneath. An operation is tried
 //! first; on `EAGAIN` a fiber parks on the netpoller until the fd is ready
-//! (seed 002: try-then-wait), a plain thread blocks in `poll(2)`. So the
+//! (try-then-wait, see `docs/DESIGN.md`), a plain thread blocks in `poll(2)`. So the
 //! same handle works from fibers and threads alike and behaves like std's
 //! blocking socket on both; `set_read_timeout`/`set_write_timeout` become
 //! deadlines for each call (an expired one fails with `TimedOut`).

@@ -11,7 +11,7 @@ use super::{each_addr, retry, Dir, Owned, Timed};
 
 /// A TCP server socket. `accept` parks the calling fiber until a
 /// connection arrives; a listener's wake-up is admitted ahead of queued
-/// work (seed 002's accept admission).
+/// work (`docs/DESIGN.md`, "The netpoller": accept admission).
 ///
 /// ```
 /// spindle::run(|| {

@@ -1,6 +1,6 @@
 //! The netpoller: epoll, edge-triggered, polled by the workers themselves.
 //!
-//! # Model (seeds 001 §2–3, 002 "netpoller", 004 §7.7)
+//! # Model (`docs/DESIGN.md`, "The netpoller")
 //!
 //! Each runtime has one [`Poller`]: an epoll instance and an eventfd. There
 //! is no reactor thread. A worker with nothing to run takes the poller's
@@ -25,7 +25,7 @@
 //! Closing an fd through [`close_fd`] deregisters it, wakes every waiter
 //! with an error, and resets the slot before the number can be reused.
 //!
-//! # Accept admission (seed 002)
+//! # Accept admission
 //!
 //! A wait on a listening socket is *urgent*: when its edge arrives the fiber
 //! is queued at the head of its worker's order instead of the tail, so the
@@ -40,9 +40,9 @@
 //!
 //! # Rejected
 //!
-//! * A reactor thread per runtime (seed 004's shape): every I/O wake would
+//! * A reactor thread per runtime (tokio's shape): every I/O wake would
 //!   cross threads. Kept only as the background fallback above.
-//! * `EPOLLONESHOT` re-arming per wait (seed 001's shape): one `epoll_ctl`
+//! * `EPOLLONESHOT` re-arming per wait: one `epoll_ctl`
 //!   per wait; banked edge-triggered bits need none.
 
 pub(crate) mod slot;

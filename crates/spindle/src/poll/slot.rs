@@ -1,7 +1,7 @@
 //! Per-fd readiness state: banked edge bits and the waiters of each
 //! direction, in one process-wide table indexed by fd number.
 //!
-//! # Banked edges (seed 002)
+//! # Banked edges
 //!
 //! Every fd is registered once, edge-triggered for both directions. An edge
 //! that arrives while nobody waits is *banked* in the slot's `ready` bits; the

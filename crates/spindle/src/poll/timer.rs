@@ -1,4 +1,4 @@
-//! Timers: a min-heap of deadlines per worker (seed 004 §7.7.4).
+//! Timers: a min-heap of deadlines per worker.
 //!
 //! Each worker owns a [`TimerHeap`] and is the only thread that touches it:
 //! a fiber arms its timeout on the worker it runs on (it never moves), and

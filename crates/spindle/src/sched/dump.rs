@@ -74,11 +74,7 @@ pub(crate) fn dump(sched: &Scheduler) -> String {
         if reports.iter().all(Option::is_some) || Instant::now() >= deadline {
             break;
         }
-        if super::worker::can_park() {
-            crate::time::sleep(Duration::from_millis(1));
-        } else {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        super::park::sleep_until(Instant::now() + Duration::from_millis(1));
     }
     let mut out = format!(
         "spindle dump: {} workers, {} live fibers\n",

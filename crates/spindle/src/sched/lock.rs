@@ -140,7 +140,7 @@ impl<T: ?Sized> Mutex<T> {
             // Granted at registration, or handed over by `unlock`.
             Wake::Ready => MutexGuard { lock: self },
             Wake::Cancelled => park::exit_cancelled(),
-            Wake::Elapsed => crate::time::elapsed_exit(),
+            Wake::Elapsed => crate::sched::park::elapsed_exit(),
             Wake::TimedOut | Wake::Closed => unreachable!("a lock wait has no deadline"),
         }
     }
@@ -334,7 +334,7 @@ impl<T: ?Sized> RwLock<T> {
         match why {
             Wake::Ready => {}
             Wake::Cancelled => park::exit_cancelled(),
-            Wake::Elapsed => crate::time::elapsed_exit(),
+            Wake::Elapsed => crate::sched::park::elapsed_exit(),
             Wake::TimedOut | Wake::Closed => unreachable!("a lock wait has no deadline"),
         }
     }

@@ -3,7 +3,7 @@
 //! # Model
 //!
 //! A runtime has N *workers*, OS threads that each loop over a run queue and
-//! resume fibers (seed 002). Every runnable fiber sits in exactly one of:
+//! resume fibers. Every runnable fiber sits in exactly one of:
 //!
 //! * its worker's [`LocalQueue`] — private, lock-free: fibers that worker
 //!   requeued itself (a yield, a wake made on that worker);
@@ -11,7 +11,7 @@
 //!   and wakes from other threads;
 //! * the *global* queue — spawns from outside the runtime.
 //!
-//! # Service order (seed 002, "FIFO stamps")
+//! # Service order (`docs/DESIGN.md`, "Service order")
 //!
 //! Every push is stamped from one clock (`Scheduler::clock`). A worker looks
 //! at the heads of its local queue, its inbox and the global queue and runs
@@ -39,7 +39,7 @@
 //! state after their push, with a SeqCst fence on both sides, so a push
 //! cannot slip between the sleeper's last look and its sleep.
 //!
-//! # Spinning before sleeping (seed 002)
+//! # Spinning before sleeping
 //!
 //! A worker whose previous sleep was cut short by a wake within 200 µs is
 //! in a closed loop with another thread (a channel ping-pong across
@@ -358,7 +358,7 @@ pub(crate) fn unpark_owner_thread(fiber: &FiberRef) {
 }
 
 /// Like [`schedule`], but at the head of the owner's service order (accept
-/// admission, seed 002).
+/// admission).
 pub(crate) fn schedule_urgent(fiber: FiberRef) {
     let owner = fiber.header.owner.load(Ordering::Acquire);
     if let Err(fiber) = worker::push_urgent_if_owner(fiber, owner) {

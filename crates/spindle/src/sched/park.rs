@@ -24,9 +24,9 @@
 //! out only leaves the park token set; the worker's `EMPTY → PARKED` flip
 //! after the switch then fails and the fiber is requeued. So a wait entry is
 //! matchable at once but the fiber is resumed only after its context is
-//! saved (seed 002).
+//! saved.
 //!
-//! # Cancellation (seeds 004 §7.7.9, 001 §4)
+//! # Cancellation
 //!
 //! [`cancel`] sets the fiber's `cancelled` flag, then ends its current wait
 //! with `Cancelled` (and unparks a plain `park`). Every wait checks the flag
@@ -157,8 +157,8 @@ fn outcome_of(code: u8) -> Wake {
 }
 
 /// Live wait registrations of plain threads (fibers count theirs in their
-/// scheduler's `registrations`): `Stats::wait_registrations`, seed 004's
-/// `task::registrations()`.
+/// scheduler's `registrations`): `Stats::wait_registrations`, back to zero
+/// when nothing waits.
 static THREAD_REGISTRATIONS: AtomicUsize = AtomicUsize::new(0);
 
 /// A waker's claim on one wait of one fiber.
@@ -524,5 +524,74 @@ pub(crate) fn park_until(deadline: Instant) {
     header.waiting_on.set(WaitKind::Running);
     if header.complete_wait(seq, WAITING, outcome_code(Wake::Ready)) {
         super::worker::note_dead_timer();
+    }
+}
+
+/// A [`timeout`](crate::time::timeout) ran out: the deadline passed while `f` waited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Elapsed {
+    deadline: Instant,
+}
+
+impl Elapsed {
+    pub(crate) fn at(deadline: Instant) -> Elapsed {
+        Elapsed { deadline }
+    }
+
+    /// The deadline that passed.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+}
+
+impl std::fmt::Display for Elapsed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("deadline has elapsed")
+    }
+}
+
+impl std::error::Error for Elapsed {}
+
+/// Unwinds out of a wait cut short by the deadline of an enclosing
+/// [`timeout`](crate::time::timeout), which catches it.
+pub(crate) fn elapsed_exit() -> ! {
+    let deadline = crate::sched::worker::current_fiber()
+        .and_then(|f| f.header.elapsed.get())
+        .unwrap_or_else(Instant::now);
+    std::panic::resume_unwind(Box::new(Elapsed { deadline }))
+}
+
+/// Leaves the fiber for a wait that ended by cancellation or an enclosing
+/// `timeout`.
+pub(crate) fn exit_for(why: Wake) -> ! {
+    match why {
+        Wake::Cancelled => exit_cancelled(),
+        Wake::Elapsed => elapsed_exit(),
+        other => unreachable!("not an exit: {other:?}"),
+    }
+}
+
+/// Parks the calling fiber until `deadline` (`time::sleep_until`); a
+/// thread, or a fiber that may not switch, sleeps in place.
+pub(crate) fn sleep_until(deadline: Instant) {
+    if crate::fiber::running_is_stopped() {
+        // A runtime stop is unwinding this fiber: a destructor's sleep
+        // would only hold up the stop.
+        return;
+    }
+    if !crate::sched::worker::can_park() {
+        let now = Instant::now();
+        if deadline > now {
+            std::thread::sleep(deadline - now);
+        }
+        return;
+    }
+    while Instant::now() < deadline {
+        // Nothing but the timer (or a cancel, or a timeout) ends this wait.
+        match wait(WaitKind::Sleep, Some(deadline), |_| true, |_| ()) {
+            Wake::Cancelled => exit_cancelled(),
+            Wake::Elapsed => elapsed_exit(),
+            _ => {}
+        }
     }
 }

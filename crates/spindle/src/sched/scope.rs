@@ -373,7 +373,7 @@ where
                 // The wait for the children is a cancellation point: having
                 // cancelled them and waited, the parent leaves too.
                 drop(v);
-                crate::sync::exit_for(why);
+                crate::sched::park::exit_for(why);
             }
             if let Some(p) = scope.state.unjoined_panic() {
                 panic::resume_unwind(p);

@@ -254,7 +254,8 @@ thread_local! {
     static BLOCK_ON_DEPTH: Cell<u32> = const { Cell::new(0) };
 }
 
-/// Marks a `block_on` poll in progress (seed 000's second rule).
+/// Marks a `block_on` poll in progress (`docs/DESIGN.md`, "Nested polls
+/// stay in place").
 pub(crate) struct BlockOnPoll(());
 
 impl BlockOnPoll {
@@ -868,7 +869,8 @@ impl Worker {
     /// Nothing to run: block in `epoll_wait` (holding the poller's lease)
     /// or on the thread parker, until woken or the next timer is due.
     fn sleep(&self) {
-        // Spin before parking (seed 002), only when the last sleep was cut
+        // Spin before parking (`docs/DESIGN.md`, "Sleeping and spinning"),
+        // only when the last sleep was cut
         // short by a wake — a closed loop with another thread, where a
         // sleep/wake costs tens of µs of wake-up latency. An idle worker's
         // sleeps are long, so it does not spin and burns nothing. The spin

@@ -70,7 +70,7 @@ impl Barrier {
         );
         match why {
             Wake::Ready => BarrierWaitResult(leader),
-            other => super::exit_for(other),
+            other => crate::sched::park::exit_for(other),
         }
     }
 }
@@ -145,7 +145,7 @@ impl WaitGroup {
             },
         );
         if why != Wake::Ready {
-            super::exit_for(why);
+            crate::sched::park::exit_for(why);
         }
     }
 }

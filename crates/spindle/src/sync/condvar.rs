@@ -109,7 +109,7 @@ impl Condvar {
             Wake::TimedOut => (relocked, WaitTimeoutResult(true)),
             other => {
                 drop(relocked);
-                super::exit_for(other)
+                crate::sched::park::exit_for(other)
             }
         }
     }

@@ -48,13 +48,3 @@ pub(crate) fn wake_first(queue: &mut VecDeque<Notify>) -> bool {
 pub(crate) fn remove(queue: &mut VecDeque<Notify>, notify: &Notify) {
     queue.retain(|n| !n.same(notify));
 }
-
-/// Leaves the fiber for a wait that ended by cancellation or an enclosing
-/// `timeout`.
-pub(crate) fn exit_for(why: Wake) -> ! {
-    match why {
-        Wake::Cancelled => crate::sched::park::exit_cancelled(),
-        Wake::Elapsed => crate::time::elapsed_exit(),
-        other => unreachable!("not an exit: {other:?}"),
-    }
-}

@@ -9,7 +9,7 @@ use super::semaphore::Semaphore;
 /// `checkout` parks with a deadline while all are lent; a returned
 /// resource is handed to the first waiter still waiting. A return that
 /// races a waiter's deadline is not lost: the waiter times out once, the
-/// resource goes to the next waiter or back to the pool (seed 002).
+/// resource goes to the next waiter or back to the pool.
 ///
 /// ```
 /// use std::time::Duration;

@@ -59,7 +59,7 @@ impl Semaphore {
         match why {
             Wake::Ready => Some(SemaphorePermit { sem: self }),
             Wake::TimedOut => None,
-            other => super::exit_for(other),
+            other => crate::sched::park::exit_for(other),
         }
     }
 
