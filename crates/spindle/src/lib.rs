@@ -158,6 +158,7 @@ mod fiber;
 pub mod fs;
 mod future;
 pub mod io;
+mod loom;
 pub mod net;
 mod poll;
 pub mod runtime;

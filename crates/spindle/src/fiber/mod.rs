@@ -59,6 +59,7 @@
 mod context;
 pub(crate) mod overflow;
 pub(crate) mod stack;
+mod token;
 
 use std::any::Any;
 use std::cell::{Cell, UnsafeCell};
@@ -97,10 +98,6 @@ pub(crate) mod state {
     pub(crate) const DETACHED: u8 = 32;
 }
 
-const EMPTY: u8 = 0;
-const NOTIFIED: u8 = 1;
-const PARKED: u8 = 2;
-
 /// Worker index meaning "not started, not pinned: any worker may run it".
 pub(crate) const NO_OWNER: usize = usize::MAX;
 
@@ -112,7 +109,7 @@ pub(crate) struct FiberHeader {
     /// Worker that runs (or will run) this fiber; [`NO_OWNER`] before the
     /// first run unless pinned by `spawn_local`.
     pub(crate) owner: AtomicUsize,
-    park: AtomicU8,
+    park: token::ParkToken,
     state: AtomicU8,
     /// Set by the owner worker at the first run (kept apart from `state`
     /// so that setting it needs no read-modify-write).
@@ -131,7 +128,7 @@ pub(crate) struct FiberHeader {
     /// This fiber's `corosensei::Yielder`, set at its first run.
     yielder: Cell<*const ()>,
     /// The current wait: `seq << 8 | outcome` (see `sched::park`).
-    wait: AtomicU64,
+    wait: token::WaitWord,
     /// `JoinHandle::cancel` was called (or the runtime is stopping).
     pub(crate) cancelled: AtomicBool,
     /// The innermost `time::timeout` deadline of this fiber (owner only).
@@ -175,7 +172,7 @@ impl FiberHeader {
             name,
             sched,
             owner: AtomicUsize::new(owner),
-            park: AtomicU8::new(EMPTY),
+            park: token::ParkToken::new(),
             state: AtomicU8::new(0),
             started: AtomicBool::new(false),
             join_waiter: UnsafeCell::new(None),
@@ -186,7 +183,7 @@ impl FiberHeader {
             guard_len: AtomicUsize::new(0),
             slot: Cell::new(usize::MAX),
             yielder: Cell::new(std::ptr::null()),
-            wait: AtomicU64::new(0),
+            wait: token::WaitWord::new(),
             cancelled: AtomicBool::new(false),
             deadline: Cell::new(None),
             elapsed: Cell::new(None),
@@ -217,13 +214,7 @@ impl FiberHeader {
 
     /// Takes the park token if present.
     fn take_token(&self) -> bool {
-        // A plain load first: the token is usually absent, and a failed
-        // compare-exchange still costs a locked instruction.
-        self.park.load(Ordering::Acquire) == NOTIFIED
-            && self
-                .park
-                .compare_exchange(NOTIFIED, EMPTY, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
+        self.park.take()
     }
 
     /// Takes the park token if present (for `park_timeout`).
@@ -235,40 +226,28 @@ impl FiberHeader {
     /// [`Switch::Park`]. Returns false if a token arrived meanwhile and the
     /// fiber must be requeued instead.
     pub(crate) fn finish_park(&self) -> bool {
-        self.park
-            .compare_exchange(EMPTY, PARKED, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
+        self.park.finish_park()
     }
 
     /// Makes the token available; true if the caller must schedule the fiber.
     pub(crate) fn notify(&self) -> bool {
-        self.park.swap(NOTIFIED, Ordering::SeqCst) == PARKED
+        self.park.notify()
     }
 
     /// Starts a new wait (owner only): returns its sequence number.
     pub(crate) fn begin_wait(&self, waiting: u8) -> u64 {
-        let seq = (self.wait.load(Ordering::Relaxed) >> 8) + 1;
-        self.wait
-            .store(seq << 8 | waiting as u64, Ordering::Release);
-        seq
+        self.wait.begin(waiting)
     }
 
     /// The current wait word.
     pub(crate) fn wait_word(&self) -> u64 {
-        self.wait.load(Ordering::Acquire)
+        self.wait.load()
     }
 
     /// Ends wait `seq` with `outcome` if it is still pending (`waiting`);
     /// exactly one waker wins.
     pub(crate) fn complete_wait(&self, seq: u64, waiting: u8, outcome: u8) -> bool {
-        self.wait
-            .compare_exchange(
-                seq << 8 | waiting as u64,
-                seq << 8 | outcome as u64,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .is_ok()
+        self.wait.complete(seq, waiting, outcome)
     }
 
     fn mark_started(&self) {
@@ -638,7 +617,7 @@ pub(crate) fn park_running() {
     }
     suspend(Switch::Park);
     // Woken: consume the token that woke us.
-    header.park.store(EMPTY, Ordering::Release);
+    header.park.consume_after_wake();
 }
 
 /// Waits for the running fiber's park token *without switching*: the

@@ -70,6 +70,7 @@
 //!   `unsafe` opt-in whose contract users would have to audit.
 
 pub(crate) mod dump;
+pub(crate) mod handshake;
 pub(crate) mod lock;
 pub(crate) mod park;
 pub(crate) mod queue;
@@ -203,7 +204,7 @@ impl WorkerShared {
 
 impl Scheduler {
     pub(crate) fn new(config: Config) -> std::io::Result<Scheduler> {
-        queue::init_barrier();
+        handshake::init_barrier();
         let workers = (0..config.workers).map(|_| WorkerShared::new()).collect();
         let poller = Arc::new(Poller::new()?);
         crate::poll::publish(&poller);

@@ -17,6 +17,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+use super::handshake::Handshake;
 use crate::fiber::{FiberRef, NO_OWNER};
 
 /// Position in the one service order of a scheduler: smaller runs first.
@@ -224,21 +225,11 @@ impl LocalQueue {
 /// blocks the thread in a call), to take the unstarted fibers that would
 /// otherwise wait for the call to return.
 ///
-/// # The protocol: an asymmetric Dekker handshake
-///
-/// The owner thread (the worker's loop, which is inside the queue except
-/// while it resumes a fiber, and that fiber's own wakes and spawns) marks
-/// itself `busy` and then checks `steal_req`; a thief sets `steal_req` and
-/// then checks `busy`. With a full fence between each side's store and load
-/// one of them sees the other, and only the side that saw nothing enters.
-/// The owner is on the hot path (twice per dispatch), the thief almost never
-/// runs, so the owner's fence is only a compiler fence and the thief pays
-/// for both with `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`, which runs
-/// a full barrier on every thread of the process. Where the kernel lacks it
-/// (or under QEMU), both sides use `fence(SeqCst)`.
+/// Who is inside is decided by a [`Handshake`] (see `sched/handshake.rs`):
+/// the owner thread (the worker's loop, which is inside except while it
+/// resumes a fiber, and that fiber's own wakes and spawns) or one thief.
 pub(crate) struct SharedLocal {
-    busy: AtomicBool,
-    steal_req: AtomicBool,
+    handshake: Handshake,
     queue: UnsafeCell<LocalQueue>,
     /// Set by the stall detector while the worker's current dispatch has
     /// lasted too long; cleared by the worker when the fiber switches back.
@@ -256,8 +247,7 @@ unsafe impl Sync for SharedLocal {}
 impl SharedLocal {
     pub(crate) fn new() -> SharedLocal {
         SharedLocal {
-            busy: AtomicBool::new(false),
-            steal_req: AtomicBool::new(false),
+            handshake: Handshake::new(),
             queue: UnsafeCell::new(LocalQueue::new()),
             stalled: AtomicBool::new(false),
             stealable: AtomicUsize::new(0),
@@ -267,18 +257,7 @@ impl SharedLocal {
     /// The owner thread enters the queue.
     #[inline]
     pub(crate) fn enter(&self) {
-        loop {
-            self.busy.store(true, Ordering::Relaxed);
-            barrier::light();
-            if !self.steal_req.load(Ordering::Acquire) {
-                return;
-            }
-            // A thief is in (or deciding): step back until it is done.
-            self.busy.store(false, Ordering::Release);
-            while self.steal_req.load(Ordering::Acquire) {
-                std::hint::spin_loop();
-            }
-        }
+        self.handshake.owner_enter();
     }
 
     /// The owner thread leaves the queue.
@@ -289,20 +268,12 @@ impl SharedLocal {
         if self.stealable.load(Ordering::Relaxed) != stealable {
             self.stealable.store(stealable, Ordering::Relaxed);
         }
-        self.busy.store(false, Ordering::Release);
+        self.handshake.owner_leave();
     }
 
     /// Another thread tries to enter; true if it may touch the queue.
     pub(crate) fn try_steal_enter(&self) -> bool {
-        if self.steal_req.swap(true, Ordering::Acquire) {
-            return false; // another thief
-        }
-        barrier::heavy();
-        if self.busy.load(Ordering::Acquire) {
-            self.steal_req.store(false, Ordering::Release);
-            return false;
-        }
-        true
+        self.handshake.thief_try_enter()
     }
 
     /// The thief leaves the queue.
@@ -310,7 +281,7 @@ impl SharedLocal {
         // SAFETY: still inside.
         let stealable = unsafe { &*self.queue.get() }.stealable;
         self.stealable.store(stealable, Ordering::Relaxed);
-        self.steal_req.store(false, Ordering::Release);
+        self.handshake.thief_leave();
     }
 
     /// The queue.
@@ -326,73 +297,6 @@ impl SharedLocal {
         unsafe { &mut *self.queue.get() }
     }
 }
-
-/// The two halves of the asymmetric fence used by [`SharedLocal`].
-mod barrier {
-    use std::sync::atomic::{compiler_fence, fence, AtomicU8, Ordering};
-
-    const UNKNOWN: u8 = 0;
-    const MEMBARRIER: u8 = 1;
-    const FENCES: u8 = 2;
-    static MODE: AtomicU8 = AtomicU8::new(UNKNOWN);
-
-    // From <linux/membarrier.h>.
-    const CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
-    const CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
-
-    /// Registers the process for expedited membarriers (once; called when
-    /// a runtime starts, before any thief can run).
-    pub(crate) fn init() {
-        if MODE.load(Ordering::Acquire) != UNKNOWN {
-            return;
-        }
-        // SAFETY: membarrier takes plain integers and touches no memory of
-        // ours; it fails cleanly where unsupported.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_membarrier,
-                CMD_REGISTER_PRIVATE_EXPEDITED,
-                0 as libc::c_long,
-                0 as libc::c_long,
-            )
-        };
-        let mode = if rc == 0 { MEMBARRIER } else { FENCES };
-        let _ = MODE.compare_exchange(UNKNOWN, mode, Ordering::AcqRel, Ordering::Acquire);
-    }
-
-    /// The owner's side: free when the thief's side is a membarrier.
-    #[inline]
-    pub(crate) fn light() {
-        if MODE.load(Ordering::Relaxed) == MEMBARRIER {
-            compiler_fence(Ordering::SeqCst);
-        } else {
-            fence(Ordering::SeqCst);
-        }
-    }
-
-    /// The thief's side: a full barrier on every thread of the process.
-    pub(crate) fn heavy() {
-        if MODE.load(Ordering::Relaxed) == MEMBARRIER {
-            // SAFETY: as in `init`.
-            let rc = unsafe {
-                libc::syscall(
-                    libc::SYS_membarrier,
-                    CMD_PRIVATE_EXPEDITED,
-                    0 as libc::c_long,
-                    0 as libc::c_long,
-                )
-            };
-            if rc == 0 {
-                return;
-            }
-            // Should not happen once registered; be safe from now on.
-            MODE.store(FENCES, Ordering::SeqCst);
-        }
-        fence(Ordering::SeqCst);
-    }
-}
-
-pub(crate) use barrier::init as init_barrier;
 
 /// A FIFO shared between threads, with a lock-free view of its head stamp.
 pub(crate) struct SharedQueue {

@@ -1,0 +1,239 @@
+//! The two per-fiber words every wake goes through: the *park token* and
+//! the *wait word* (`docs/DESIGN.md`, "One way to wait").
+//!
+//! Both are plain atomics with a small protocol, kept here apart from the
+//! rest of the fiber so that the model tests (`tests/loom_models.rs`) can
+//! check them under every interleaving loom allows.
+//!
+//! # Park token
+//!
+//! Three values, `EMPTY`, `NOTIFIED`, `PARKED`. `park` takes `NOTIFIED` if
+//! it is there and returns. Otherwise the fiber switches out, and only then
+//! — its registers saved — does its worker flip `EMPTY → PARKED`
+//! ([`ParkToken::finish_park`]); if an `unpark` slipped in meanwhile the
+//! flip fails and the worker requeues the fiber itself. `unpark` swaps in
+//! `NOTIFIED` ([`ParkToken::notify`]); if it took `PARKED` it is the one
+//! party that must schedule the fiber. So a parked fiber is scheduled
+//! exactly once per park, never before its context is saved.
+//!
+//! # Wait word
+//!
+//! `seq << 8 | outcome`. Starting a wait bumps `seq` and sets a pending
+//! outcome ([`WaitWord::begin`]); each party that may end it holds the
+//! `seq` and races a compare-exchange from the pending code to its own
+//! outcome ([`WaitWord::complete`]). Exactly one wins. A party holding an
+//! older `seq` can never end a later wait.
+
+use crate::loom::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+
+const EMPTY: u8 = 0;
+const NOTIFIED: u8 = 1;
+const PARKED: u8 = 2;
+
+/// A fiber's park token (std's park semantics, made switch-safe).
+#[derive(Debug)]
+pub(crate) struct ParkToken(AtomicU8);
+
+impl ParkToken {
+    pub(crate) fn new() -> ParkToken {
+        ParkToken(AtomicU8::new(EMPTY))
+    }
+
+    /// Takes the token if present (the fiber itself, before it parks).
+    #[inline]
+    pub(crate) fn take(&self) -> bool {
+        // A plain load first: the token is usually absent, and a failed
+        // compare-exchange still costs a locked instruction.
+        self.0.load(Ordering::Acquire) == NOTIFIED
+            && self
+                .0
+                .compare_exchange(NOTIFIED, EMPTY, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+    }
+
+    /// The worker, after the fiber switched out to park: true if it is now
+    /// parked; false if a token arrived meanwhile and the fiber must be
+    /// requeued.
+    #[inline]
+    pub(crate) fn finish_park(&self) -> bool {
+        self.0
+            .compare_exchange(EMPTY, PARKED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Makes the token available; true if the caller took a parked fiber
+    /// and must schedule it.
+    #[inline]
+    pub(crate) fn notify(&self) -> bool {
+        self.0.swap(NOTIFIED, Ordering::SeqCst) == PARKED
+    }
+
+    /// The fiber, resumed after a park: consumes the token that woke it.
+    #[inline]
+    pub(crate) fn consume_after_wake(&self) {
+        self.0.store(EMPTY, Ordering::Release);
+    }
+}
+
+/// A fiber's wait word: `seq << 8 | outcome`.
+#[derive(Debug)]
+pub(crate) struct WaitWord(AtomicU64);
+
+impl WaitWord {
+    pub(crate) fn new() -> WaitWord {
+        WaitWord(AtomicU64::new(0))
+    }
+
+    /// Starts a new wait with the pending code `waiting` (the fiber's owner
+    /// only); returns its sequence number.
+    #[inline]
+    pub(crate) fn begin(&self, waiting: u8) -> u64 {
+        let seq = (self.0.load(Ordering::Relaxed) >> 8) + 1;
+        self.0.store(seq << 8 | waiting as u64, Ordering::Release);
+        seq
+    }
+
+    /// The current word.
+    #[inline]
+    pub(crate) fn load(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Ends wait `seq` with `outcome` if it is still pending as `waiting`;
+    /// exactly one caller wins.
+    #[inline]
+    pub(crate) fn complete(&self, seq: u64, waiting: u8, outcome: u8) -> bool {
+        self.0
+            .compare_exchange(
+                seq << 8 | waiting as u64,
+                seq << 8 | outcome as u64,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+    }
+}
+
+#[cfg(all(test, spindle_loom))]
+mod models {
+    use super::*;
+    use crate::loom::sync::atomic::AtomicUsize;
+    use crate::loom::sync::Arc;
+    use ::loom::thread;
+
+    /// A parking fiber (take, switch out, the worker's `finish_park`)
+    /// against an `unpark` from another thread: the fiber runs again
+    /// exactly once — by its worker's requeue, by the unparker's schedule,
+    /// or by never switching out — and never while it is still switching.
+    #[test]
+    fn park_against_unpark_schedules_exactly_once() {
+        ::loom::model(|| {
+            let token = Arc::new(ParkToken::new());
+            let scheduled = Arc::new(AtomicUsize::new(0));
+            let (t, s) = (token.clone(), scheduled.clone());
+            let unparker = thread::spawn(move || {
+                if t.notify() {
+                    s.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+            // The fiber's side, then its worker's.
+            if token.take() {
+                scheduled.fetch_add(1, Ordering::SeqCst); // never switched out
+            } else if !token.finish_park() {
+                scheduled.fetch_add(1, Ordering::SeqCst); // the worker requeues
+            }
+            unparker.join().unwrap();
+            assert_eq!(scheduled.load(Ordering::SeqCst), 1);
+        });
+    }
+
+    /// Two unparkers racing one park: still scheduled once, and the token
+    /// left behind lets the next park return at once.
+    #[test]
+    fn two_unparks_schedule_once_and_leave_the_token() {
+        ::loom::model(|| {
+            let token = Arc::new(ParkToken::new());
+            let scheduled = Arc::new(AtomicUsize::new(0));
+            let unparkers: Vec<_> = (0..2)
+                .map(|_| {
+                    let (t, s) = (token.clone(), scheduled.clone());
+                    thread::spawn(move || {
+                        if t.notify() {
+                            s.fetch_add(1, Ordering::SeqCst);
+                        }
+                    })
+                })
+                .collect();
+            let switched = !token.take();
+            if switched && !token.finish_park() {
+                scheduled.fetch_add(1, Ordering::SeqCst);
+            }
+            for u in unparkers {
+                u.join().unwrap();
+            }
+            if switched {
+                let runs = scheduled.load(Ordering::SeqCst);
+                assert_eq!(runs, 1);
+                token.consume_after_wake();
+            }
+            // Whatever happened, a token is not lost for later: either it
+            // was consumed by this park, or it is still there.
+        });
+    }
+
+    const WAITING: u8 = 1;
+    const READY: u8 = 2;
+    const CANCELLED: u8 = 3;
+    const ELAPSED: u8 = 4;
+
+    /// A wake, a cancel and a timeout race one wait: exactly one wins, and
+    /// the word holds the winner's outcome.
+    #[test]
+    fn one_of_wake_cancel_and_timeout_wins() {
+        ::loom::model(|| {
+            let word = Arc::new(WaitWord::new());
+            let seq = word.begin(WAITING);
+            let winners = Arc::new(AtomicUsize::new(0));
+            let parties: Vec<_> = [READY, CANCELLED, ELAPSED]
+                .into_iter()
+                .map(|outcome| {
+                    let (w, n) = (word.clone(), winners.clone());
+                    thread::spawn(move || {
+                        if w.complete(seq, WAITING, outcome) {
+                            n.fetch_add(1, Ordering::SeqCst);
+                            Some(outcome)
+                        } else {
+                            None
+                        }
+                    })
+                })
+                .collect();
+            let won: Vec<u8> = parties
+                .into_iter()
+                .filter_map(|p| p.join().unwrap())
+                .collect();
+            assert_eq!(won.len(), 1);
+            assert_eq!(winners.load(Ordering::SeqCst), 1);
+            assert_eq!(word.load(), seq << 8 | won[0] as u64);
+        });
+    }
+
+    /// A waker holding the previous wait's `seq` races the owner starting
+    /// the next wait: it can never end the new one.
+    #[test]
+    fn a_stale_token_never_ends_a_later_wait() {
+        ::loom::model(|| {
+            let word = Arc::new(WaitWord::new());
+            let first = word.begin(WAITING);
+            // The first wait ends normally.
+            assert!(word.complete(first, WAITING, READY));
+            let w = word.clone();
+            let stale = thread::spawn(move || w.complete(first, WAITING, CANCELLED));
+            let second = word.begin(WAITING);
+            let stale_won = stale.join().unwrap();
+            assert!(!stale_won, "a stale token ended a wait");
+            assert_eq!(word.load(), second << 8 | WAITING as u64);
+            assert!(word.complete(second, WAITING, READY));
+        });
+    }
+}

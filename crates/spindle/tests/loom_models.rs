@@ -1,0 +1,23 @@
+//! Model checks of the runtime's cross-thread protocols, under loom.
+//!
+//! ```text
+//! RUSTFLAGS="--cfg spindle_loom" CARGO_TARGET_DIR=target/loom \
+//!     cargo test -p spindle --release --test loom_models
+//! ```
+//!
+//! The protocol modules are compiled here on their own, from the same
+//! source files the runtime uses, with `crate::loom` pointing at loom's
+//! types (see `src/loom.rs`). The models themselves sit beside the code, in
+//! each module's `models` test module. Without `--cfg spindle_loom` this
+//! file is empty.
+#![cfg(spindle_loom)]
+#![allow(dead_code)]
+
+#[path = "../src/loom.rs"]
+mod loom;
+
+#[path = "../src/fiber/token.rs"]
+mod token;
+
+#[path = "../src/sched/handshake.rs"]
+mod handshake;
