@@ -843,6 +843,7 @@ impl<T> JoinHandle<T> {
         // handle's drop sets later); the slot's type is the `T` this handle
         // was created with.
         let slot = self.fiber.core.body.result_slot() as *mut Option<std::thread::Result<T>>;
+        // SAFETY: as above.
         let taken = unsafe { (*slot).take() };
         // The result is taken: this handle's drop has nothing left to do
         // but release the fiber (skipping the DETACHED handshake).

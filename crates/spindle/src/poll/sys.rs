@@ -21,8 +21,8 @@ impl Epoll {
     pub(crate) fn new() -> io::Result<Epoll> {
         // SAFETY: plain syscall; the returned fd is owned by us.
         let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
-        // SAFETY: `fd` is a fresh descriptor nobody else owns.
         Ok(Epoll {
+            // SAFETY: `fd` is a fresh descriptor nobody else owns.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
         })
     }
@@ -69,8 +69,8 @@ impl EventFd {
     pub(crate) fn new() -> io::Result<EventFd> {
         // SAFETY: plain syscall; the returned fd is owned by us.
         let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
-        // SAFETY: fresh descriptor.
         Ok(EventFd {
+            // SAFETY: fresh descriptor.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
         })
     }

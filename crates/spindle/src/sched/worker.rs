@@ -752,6 +752,7 @@ impl Worker {
         unsafe { self.local() }.for_each(mark);
         self.shared().inbox.for_each(mark);
         self.sched.global.for_each(mark);
+        // SAFETY: loop-only borrow, ended before any fiber runs.
         let live: Vec<FiberRef> = unsafe { &*self.live.get() }
             .slots
             .iter()
@@ -909,6 +910,7 @@ impl Worker {
     fn sleep_inner(&self) {
         // SAFETY: loop-only borrows.
         unsafe { &mut *self.pool.get() }.trim();
+        // SAFETY: loop-only borrow.
         let next_deadline = unsafe { &*self.timers.get() }.next_deadline();
         let timeout = next_deadline.map(|d| d.saturating_duration_since(Instant::now()));
         let poller = &self.sched.poller;
