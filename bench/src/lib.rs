@@ -14,7 +14,11 @@ pub fn rss_kib() -> u64 {
 pub fn args() -> (String, u64) {
     let mut a = std::env::args().skip(1);
     let bench = a.next().expect("usage: BIN BENCH N");
-    let n = a.next().expect("usage: BIN BENCH N").parse().expect("N is a number");
+    let n = a
+        .next()
+        .expect("usage: BIN BENCH N")
+        .parse()
+        .expect("N is a number");
     (bench, n)
 }
 

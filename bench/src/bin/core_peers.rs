@@ -215,7 +215,14 @@ fn tokio_bench(bench: &str, n: u64, multi: bool) {
             drop(rt);
             let stop_ms = start.elapsed().as_secs_f64() * 1e3;
             drop(senders);
-            report(if bench == "spawn-park" { parked_ms } else { stop_ms }, "ms");
+            report(
+                if bench == "spawn-park" {
+                    parked_ms
+                } else {
+                    stop_ms
+                },
+                "ms",
+            );
         }
         b => panic!("tokio has no {b}"),
     }

@@ -16,7 +16,7 @@ fn main() {
         }
         "yield" => {
             let rt = spindle::Runtime::builder().workers(1).build().unwrap();
-            let ns = rt.block_on(move || {
+            let ns = rt.run(move || {
                 let per = n / 2;
                 let start = Instant::now();
                 let a = spindle::spawn(move || (0..per).for_each(|_| spindle::yield_now()));
@@ -29,7 +29,7 @@ fn main() {
         }
         "spawn" => {
             let rt = spindle::Runtime::builder().workers(1).build().unwrap();
-            let ns = rt.block_on(move || {
+            let ns = rt.run(move || {
                 for _ in 0..1000 {
                     spindle::spawn(|| ()).join().unwrap();
                 }
@@ -43,10 +43,10 @@ fn main() {
         }
         "rss" => {
             let rt = spindle::Runtime::builder().workers(1).build().unwrap();
-            let before = rt.block_on(rss_kib);
+            let before = rt.run(rss_kib);
             let parked = Arc::new(AtomicU64::new(0));
             let p = parked.clone();
-            let after = rt.block_on(move || {
+            let after = rt.run(move || {
                 let handles: Vec<_> = (0..n)
                     .map(|_| {
                         let p = p.clone();
@@ -70,7 +70,7 @@ fn main() {
             // The README's `fibers` example: N fibers spawned, each yields
             // once, then all joined; 2 workers.
             let rt = spindle::Runtime::builder().workers(2).build().unwrap();
-            let ms = rt.block_on(move || {
+            let ms = rt.run(move || {
                 let start = Instant::now();
                 let handles: Vec<_> = (0..n)
                     .map(|i| {
@@ -93,7 +93,7 @@ fn main() {
             let parked = Arc::new(AtomicU64::new(0));
             let p = parked.clone();
             let start = Instant::now();
-            rt.block_on(move || {
+            rt.run(move || {
                 for _ in 0..n {
                     let p = p.clone();
                     drop(spindle::spawn(move || {
@@ -137,7 +137,11 @@ fn main() {
             let start = Instant::now();
             for i in 0..n as usize {
                 // SAFETY: inside the mapping.
-                unsafe { (base as *mut u8).add(i * slot + slot - 64).write_volatile(1) };
+                unsafe {
+                    (base as *mut u8)
+                        .add(i * slot + slot - 64)
+                        .write_volatile(1)
+                };
             }
             report(start.elapsed().as_secs_f64() * 1e3, "ms");
         }

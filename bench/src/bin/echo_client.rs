@@ -70,7 +70,10 @@ fn main() {
                 for t in tasks {
                     total += t.await.unwrap();
                 }
-                println!("RESULT {:.1} msgs/s", total as f64 / start.elapsed().as_secs_f64());
+                println!(
+                    "RESULT {:.1} msgs/s",
+                    total as f64 / start.elapsed().as_secs_f64()
+                );
                 println!("TOTAL {total}");
             }
             "idle" => {

@@ -15,7 +15,7 @@ fn main() {
                 .stall_warning(None)
                 .build()
                 .unwrap();
-            rt.block_on(move || {
+            rt.run(move || {
                 let l = spindle::net::TcpListener::bind(addr.as_str()).unwrap();
                 println!("LISTENING {}", l.local_addr().unwrap());
                 for conn in l.incoming() {
@@ -47,7 +47,9 @@ fn main() {
                 let l = tokio::net::TcpListener::bind(addr.as_str()).await.unwrap();
                 println!("LISTENING {}", l.local_addr().unwrap());
                 loop {
-                    let Ok((mut conn, _)) = l.accept().await else { continue };
+                    let Ok((mut conn, _)) = l.accept().await else {
+                        continue;
+                    };
                     tokio::spawn(async move {
                         let _ = conn.set_nodelay(true);
                         let mut buf = vec![0u8; 4096];

@@ -13,7 +13,8 @@ fn main() {
     let addr = a.next().unwrap_or_else(|| "127.0.0.1:0".into());
     let tls = || {
         let dir = std::path::PathBuf::from(std::env::var("BENCH_TLS_DIR").expect("BENCH_TLS_DIR"));
-        spindle_http::tls::server_config_from_pem_files(dir.join("cert.pem"), dir.join("key.pem")).unwrap()
+        spindle_http::tls::server_config_from_pem_files(dir.join("cert.pem"), dir.join("key.pem"))
+            .unwrap()
     };
     match which.as_str() {
         "spindle" => spindle(addr, None),
@@ -31,8 +32,12 @@ fn listening(addr: impl std::fmt::Display) {
 }
 
 fn spindle(addr: String, tls: Option<Arc<spindle_http::tls::rustls::ServerConfig>>) {
-    let rt = spindle::Runtime::builder().workers(1).stall_warning(None).build().unwrap();
-    rt.block_on(move || {
+    let rt = spindle::Runtime::builder()
+        .workers(1)
+        .stall_warning(None)
+        .build()
+        .unwrap();
+    rt.run(move || {
         let mut server = spindle_http::Server::bind(addr.as_str()).unwrap();
         if let Some(tls) = tls {
             server = server.tls(tls);
@@ -49,27 +54,39 @@ fn hyper(addr: String, tls: Option<tokio_rustls::TlsAcceptor>) {
     use hyper::server::conn::http1;
     use hyper::service::service_fn;
     use hyper_util::rt::TokioIo;
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async move {
         let l = tokio::net::TcpListener::bind(addr.as_str()).await.unwrap();
         listening(l.local_addr().unwrap());
         loop {
-            let Ok((s, _)) = l.accept().await else { continue };
+            let Ok((s, _)) = l.accept().await else {
+                continue;
+            };
             let _ = s.set_nodelay(true);
             let tls = tls.clone();
             tokio::spawn(async move {
                 let svc = service_fn(|_req| async {
-                    Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(bytes::Bytes::from_static(
-                        b"Hello, World!",
-                    ))))
+                    Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
+                        bytes::Bytes::from_static(b"Hello, World!"),
+                    )))
                 });
                 match tls {
                     None => {
-                        let _ = http1::Builder::new().serve_connection(TokioIo::new(s), svc).await;
+                        let _ = http1::Builder::new()
+                            .serve_connection(TokioIo::new(s), svc)
+                            .await;
                     }
                     Some(acceptor) => {
-                        let Ok(s) = acceptor.accept(s).await else { return };
-                        let _ = http1::Builder::new().serve_connection(TokioIo::new(s), svc).await;
+                        let Ok(s) = acceptor.accept(s).await else {
+                            return;
+                        };
+                        let _ = http1::Builder::new()
+                            .serve_connection(TokioIo::new(s), svc)
+                            .await;
                     }
                 }
             });

@@ -21,7 +21,9 @@ fn spindle_rt(workers: usize) -> spindle::Runtime {
 
 fn tokio_rt(workers: usize) -> tokio::runtime::Runtime {
     if workers == 1 {
-        tokio::runtime::Builder::new_current_thread().build().unwrap()
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
     } else {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(workers)
@@ -36,7 +38,7 @@ fn main() {
     let bench = a.next().unwrap();
     let n: u64 = a.next().unwrap().parse().unwrap();
     let ns = match (which.as_str(), bench.as_str()) {
-        ("spindle", "pingpong1") => spindle_rt(1).block_on(move || {
+        ("spindle", "pingpong1") => spindle_rt(1).run(move || {
             let (tx1, rx1) = spindle::chan::bounded::<u64>(1);
             let (tx2, rx2) = spindle::chan::bounded::<u64>(1);
             let pong = spindle::spawn(move || {
@@ -65,7 +67,7 @@ fn main() {
                     tx2.send(v).unwrap();
                 }
             });
-            let ns = a.block_on(move || {
+            let ns = a.run(move || {
                 let start = Instant::now();
                 for i in 0..n {
                     tx1.send(i).unwrap();
@@ -117,7 +119,7 @@ fn main() {
             pong.join().unwrap();
             t.as_nanos() as f64 / n as f64
         }
-        ("spindle", "mutex") => spindle_rt(1).block_on(move || {
+        ("spindle", "mutex") => spindle_rt(1).run(move || {
             let m = spindle::sync::Mutex::new(0u64);
             let start = Instant::now();
             for _ in 0..n {
@@ -144,7 +146,7 @@ fn main() {
             assert_eq!(*m.lock().await, n);
             start.elapsed().as_nanos() as f64 / n as f64
         }),
-        ("spindle", "contended") => spindle_rt(2).block_on(move || {
+        ("spindle", "contended") => spindle_rt(2).run(move || {
             let m = Arc::new(spindle::sync::Mutex::new(0u64));
             let start = Instant::now();
             let hs: Vec<_> = (0..4)

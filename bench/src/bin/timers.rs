@@ -42,7 +42,7 @@ fn main() {
     match which.as_str() {
         "spindle" => {
             let rt = spindle::Runtime::builder().workers(1).build().unwrap();
-            rt.block_on(move || {
+            rt.run(move || {
                 let hs: Vec<_> = (0..FIBERS)
                     .map(|_| {
                         spindle::spawn(move || {

@@ -189,7 +189,7 @@ fn serve(args: &[String]) -> Result<ExitCode, String> {
     let rt = builder.build().map_err(|e| format!("runtime: {e}"))?;
     let listen = opts.listen.clone();
     let server = rt
-        .block_on(move || spindle_http::Server::bind(listen.as_str()))
+        .run(move || spindle_http::Server::bind(listen.as_str()))
         .map_err(|e| format!("--listen {}: {e}", opts.listen))?;
     let addr = server.local_addr().map_err(|e| e.to_string())?;
     let handle = server.handle();

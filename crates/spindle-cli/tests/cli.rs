@@ -19,7 +19,7 @@ fn guest(name: &str) -> String {
 /// A one-worker spindle-http upstream answering `upstream saw PATH`.
 fn upstream() -> (spindle::Runtime, std::net::SocketAddr) {
     let rt = spindle::Runtime::builder().workers(1).build().unwrap();
-    let addr = rt.block_on(|| {
+    let addr = rt.run(|| {
         let server = spindle_http::Server::bind("127.0.0.1:0").unwrap();
         let addr = server.local_addr().unwrap();
         spindle::spawn(move || {

@@ -20,7 +20,7 @@ fn echo(req: Request<Body>) -> Response<Body> {
 #[test]
 fn get_post_and_chunked_responses_from_fibers_and_threads() {
     let rt = Runtime::builder().workers(2).build().unwrap();
-    let addr = rt.block_on(|| {
+    let addr = rt.run(|| {
         let s = Server::bind("127.0.0.1:0").unwrap();
         let a = s.local_addr().unwrap();
         spindle::spawn(move || s.serve(echo));
@@ -28,7 +28,7 @@ fn get_post_and_chunked_responses_from_fibers_and_threads() {
     });
     let client = Client::new();
     let c = client.clone();
-    let from_fiber = rt.block_on(move || {
+    let from_fiber = rt.run(move || {
         let r = c.get(&format!("http://{addr}/a")).unwrap();
         assert_eq!(r.status(), 200);
         let posted = c.post(&format!("http://{addr}/p"), "hello").unwrap();
@@ -58,7 +58,7 @@ fn counting_server(
 ) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
     let accepted = Arc::new(AtomicUsize::new(0));
     let a2 = accepted.clone();
-    let addr = rt.block_on(move || {
+    let addr = rt.run(move || {
         let l = spindle::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         spindle::spawn(move || {
@@ -100,7 +100,7 @@ fn the_pool_reuses_one_connection() {
     let rt = Runtime::builder().workers(1).build().unwrap();
     let (addr, accepted) = counting_server(&rt, false);
     let client = Client::new();
-    rt.block_on(move || {
+    rt.run(move || {
         for _ in 0..20 {
             let r = client.get(&format!("http://{addr}/")).unwrap();
             assert_eq!(r.into_body().into_vec().unwrap(), b"ok");
@@ -114,7 +114,7 @@ fn a_server_that_closes_idle_connections_is_retried_on_a_fresh_one() {
     let rt = Runtime::builder().workers(1).build().unwrap();
     let (addr, accepted) = counting_server(&rt, true);
     let client = Client::new();
-    rt.block_on(move || {
+    rt.run(move || {
         for _ in 0..5 {
             let r = client.get(&format!("http://{addr}/")).unwrap();
             assert_eq!(r.into_body().into_vec().unwrap(), b"ok");

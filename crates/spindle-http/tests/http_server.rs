@@ -41,7 +41,7 @@ fn handler(req: Request<Body>) -> Response<Body> {
 }
 
 fn start(rt: &Runtime, config: ServerConfig) -> SocketAddr {
-    rt.block_on(move || {
+    rt.run(move || {
         let server = Server::bind("127.0.0.1:0").unwrap().config(config);
         let addr = server.local_addr().unwrap();
         spindle::spawn(move || server.serve(handler));
@@ -299,7 +299,7 @@ fn five_thousand_concurrent_keep_alive_connections() {
 #[test]
 fn drain_closes_idle_connections_finishes_in_flight_and_cancels_the_rest() {
     let rt = Runtime::builder().workers(2).build().unwrap();
-    let (addr, handle) = rt.block_on(|| {
+    let (addr, handle) = rt.run(|| {
         let server = Server::bind("127.0.0.1:0").unwrap();
         let addr = server.local_addr().unwrap();
         let handle = server.handle();
@@ -320,7 +320,7 @@ fn drain_closes_idle_connections_finishes_in_flight_and_cancels_the_rest() {
     std::thread::sleep(Duration::from_millis(100));
     let start = Instant::now();
     let h = handle.clone();
-    let cancelled = rt.block_on(move || h.drain(Instant::now() + Duration::from_millis(800)));
+    let cancelled = rt.run(move || h.drain(Instant::now() + Duration::from_millis(800)));
     assert_eq!(
         cancelled, 1,
         "only the minute-long request outlived the deadline"

@@ -81,7 +81,7 @@ fn start(
     let tls = pki.server_config();
     let accepted = Arc::new(AtomicUsize::new(0));
     let counted = accepted.clone();
-    let (addr, handle) = rt.block_on(move || {
+    let (addr, handle) = rt.run(move || {
         let listener = spindle::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let server = Server::from_listener(listener).config(config).tls(tls);
@@ -251,7 +251,7 @@ fn plain_probes_stalled_handshakes_and_untrusting_clients_fail_alone() {
     assert!(err.to_lowercase().contains("certificate"), "{err}");
 
     // Spindle's default client (webpki roots) does not trust the test CA.
-    let untrusting = client_rt.block_on(move || {
+    let untrusting = client_rt.run(move || {
         Client::new()
             .get(&format!("https://localhost:{}/", addr.port()))
             .map(|_| ())
@@ -280,7 +280,7 @@ fn spindle_client_https_reuses_pooled_connections() {
     let ca_pem = pki.ca_pem.clone();
     let port = addr.port();
     // From a fiber: GETs and POSTs on one pooled TLS connection.
-    rt.block_on(move || {
+    rt.run(move || {
         let client =
             Client::new().tls_config(tls::client_config_with_ca_pem(ca_pem.as_bytes()).unwrap());
         for i in 0..50 {

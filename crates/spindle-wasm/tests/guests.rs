@@ -31,7 +31,7 @@ fn config() -> HostConfig {
 fn serve(name: &str, workers: usize, config: HostConfig) -> (Runtime, SocketAddr) {
     let host = Host::new(&guest(name), config).expect("the guest compiles and links");
     let rt = Runtime::builder().workers(workers).build().unwrap();
-    let addr = rt.block_on(move || {
+    let addr = rt.run(move || {
         let server = spindle_http::Server::bind("127.0.0.1:0").unwrap();
         let addr = server.local_addr().unwrap();
         spindle::spawn(move || server.serve(move |req| host.handle(req)));
@@ -145,7 +145,7 @@ fn a_thousand_concurrent_sleeps_on_one_worker_take_about_the_sleep_time() {
     assert_eq!(get(addr, "/?ms=1", "").0, 200);
     let clients = Runtime::builder().workers(1).build().unwrap();
     let started = Instant::now();
-    let results = clients.block_on(move || {
+    let results = clients.run(move || {
         let handles: Vec<_> = (0..1000)
             .map(|_| {
                 spindle::spawn(move || {
@@ -178,7 +178,7 @@ fn hello_answers_on_one_worker_while_two_burns_run() {
     let burn = Host::new(&guest("burn"), config).unwrap();
     let hello = Host::new(&guest("hello"), self::config()).unwrap();
     let rt = Runtime::builder().workers(1).build().unwrap();
-    let (addr, hello_addr) = rt.block_on(move || {
+    let (addr, hello_addr) = rt.run(move || {
         let a = spindle_http::Server::bind("127.0.0.1:0").unwrap();
         let b = spindle_http::Server::bind("127.0.0.1:0").unwrap();
         let addrs = (a.local_addr().unwrap(), b.local_addr().unwrap());
@@ -247,7 +247,7 @@ fn memory_bomb_trap_and_no_response_are_500_for_that_request_only() {
 fn fetch_goes_out_through_the_allow_list() {
     // A local upstream on spindle-http.
     let upstream_rt = Runtime::builder().workers(1).build().unwrap();
-    let upstream = upstream_rt.block_on(|| {
+    let upstream = upstream_rt.run(|| {
         let server = spindle_http::Server::bind("127.0.0.1:0").unwrap();
         let addr = server.local_addr().unwrap();
         spindle::spawn(move || {

@@ -14,7 +14,7 @@ fn main() {
     let workers = rt.stats().workers.len();
     println!("spindle runtime with {workers} workers");
 
-    let summary = rt.block_on(move || {
+    let summary = rt.run(move || {
         // 1. Spawn 100 000 fibers; each yields once, then returns its index.
         let start = Instant::now();
         let handles: Vec<_> = (0..100_000u64)

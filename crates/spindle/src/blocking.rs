@@ -2,7 +2,7 @@
 //! nothing of fibers: DNS, other libraries, regular files (`docs/DESIGN.md`,
 //! "Work the loop cannot see").
 //!
-//! [`spawn_blocking`] runs a closure on a pool thread while the calling
+//! [`run`] runs a closure on a pool thread while the calling
 //! fiber parks; the pool thread wakes the fiber when it is done. On a plain
 //! thread the closure simply runs there. The pool is process-wide and
 //! bounded (512 threads, or `SPINDLE_BLOCKING_THREADS`); threads are started
@@ -113,14 +113,14 @@ struct Completion<T> {
 ///
 /// ```
 /// spindle::run(|| {
-///     let n = spindle::blocking::spawn_blocking(|| {
+///     let n = spindle::blocking::run(|| {
 ///         std::thread::sleep(std::time::Duration::from_millis(5)); // blocks a pool thread
 ///         21 * 2
 ///     });
 ///     assert_eq!(n, 42);
 /// });
 /// ```
-pub fn spawn_blocking<F, T>(f: F) -> T
+pub fn run<F, T>(f: F) -> T
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
@@ -201,7 +201,7 @@ where
     let finished = Arc::new(Mutex::new(false));
     let cv = Arc::new(Condvar::new());
     let guard = WaitForJob(finished.clone(), cv.clone());
-    let value = spawn_blocking(move || {
+    let value = run(move || {
         let r = panic::catch_unwind(AssertUnwindSafe(boxed));
         *finished.lock().unwrap_or_else(|e| e.into_inner()) = true;
         cv.notify_all();
@@ -212,4 +212,14 @@ where
         Ok(v) => v,
         Err(p) => panic::resume_unwind(p),
     }
+}
+
+/// The old name of [`run`], which it calls.
+#[deprecated(since = "0.1.0", note = "renamed to `blocking::run`")]
+pub fn spawn_blocking<F, T>(f: F) -> T
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    run(f)
 }

@@ -85,7 +85,7 @@
 //!   — they cannot move. Everything else it holds is taken by the other
 //!   workers once it has been stalled for 10 ms: its queued unstarted
 //!   fibers, and its new spawns go where others take them. Run blocking
-//!   calls with [`blocking::spawn_blocking`] so that nothing stalls.
+//!   calls with [`blocking::run`] so that nothing stalls.
 //! * **Timers fire on time on an idle worker**, whether they end a fiber's
 //!   wait or wake a future polled by [`block_on`]; a future polled by a
 //!   foreign executor uses the background poller's timers. A timer that
@@ -195,7 +195,7 @@ where
     T: Send + 'static,
 {
     let rt = Runtime::new().unwrap_or_else(|e| panic!("spindle::run: cannot start: {e}"));
-    let value = rt.block_on(f);
+    let value = rt.run(f);
     rt.shutdown();
     value
 }

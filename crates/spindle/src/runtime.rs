@@ -36,7 +36,7 @@ use crate::stats::{Stats, WorkerStats};
 ///
 /// ```
 /// let rt = spindle::Runtime::builder().workers(2).build().unwrap();
-/// let answer = rt.block_on(|| {
+/// let answer = rt.run(|| {
 ///     let h = spindle::spawn(|| 40 + 2);
 ///     h.join().unwrap()
 /// });
@@ -57,7 +57,7 @@ pub struct Runtime {
 ///     .stack_size(64 << 10)
 ///     .build()
 ///     .unwrap();
-/// assert_eq!(rt.block_on(|| spindle::worker_id()), Some(0));
+/// assert_eq!(rt.run(|| spindle::worker_id()), Some(0));
 /// ```
 #[derive(Debug, Clone)]
 pub struct RuntimeBuilder {
@@ -233,7 +233,12 @@ impl Runtime {
     /// Fibers `f` spawns keep running after it returns. A panic in `f` is
     /// re-raised here. On a plain thread this blocks the thread; on a fiber
     /// (of any runtime) it parks that fiber.
-    pub fn block_on<F, T>(&self, f: F) -> T
+    ///
+    /// ```
+    /// let rt = spindle::Runtime::builder().workers(1).build().unwrap();
+    /// assert_eq!(rt.run(|| 40 + 2), 42);
+    /// ```
+    pub fn run<F, T>(&self, f: F) -> T
     where
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
@@ -241,8 +246,19 @@ impl Runtime {
         match self.spawn(f).join() {
             Ok(v) => v,
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            Err(_) => panic!("spindle: the runtime shut down before block_on's closure finished"),
+            Err(_) => panic!("spindle: the runtime shut down before run's closure finished"),
         }
+    }
+
+    /// The old name of [`run`](Self::run), which it calls. (`block_on` will
+    /// take a future, like [`crate::block_on`], in a later release.)
+    #[deprecated(since = "0.1.0", note = "renamed to `Runtime::run`")]
+    pub fn block_on<F, T>(&self, f: F) -> T
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        self.run(f)
     }
 
     pub(crate) fn scheduler(&self) -> &Arc<Scheduler> {
@@ -276,29 +292,31 @@ impl Runtime {
     /// After a short grace (250 ms) whatever is left — fibers that swallow
     /// cancellation, fibers that never started — is stopped: started ones
     /// have their stacks unwound (destructors run), then the worker threads
-    /// exit. Returns how many fibers were cancelled or stopped rather than
-    /// finishing.
+    /// exit. Returns how many fibers the stop ended rather than letting
+    /// them finish: cancelled at a wait, dropped unrun, or unwound.
+    /// [`shutdown_timeout`](Self::shutdown_timeout) returns the same count.
     ///
     /// Called from one of this runtime's own fibers, it cannot wait for its
     /// own worker: it signals the stop and returns 0.
     pub fn shutdown(mut self) -> usize {
-        self.stop(Duration::from_millis(250));
-        self.sched.stopped.load(Ordering::Relaxed)
+        self.shutdown_inner()
     }
 
     /// Like [`shutdown`](Self::shutdown) with a grace of `timeout`: returns
-    /// when every fiber has ended or `timeout` passed, and says how many
-    /// were still alive then (those are stopped by unwinding).
+    /// when every fiber has ended or `timeout` passed, then stops what is
+    /// left. Returns the same count as `shutdown`: the fibers the stop
+    /// ended rather than letting them finish.
     ///
     /// ```
     /// use std::time::Duration;
     /// let rt = spindle::Runtime::builder().workers(1).build().unwrap();
     /// rt.spawn(|| spindle::time::sleep(Duration::from_secs(30)));
-    /// let still_alive = rt.shutdown_timeout(Duration::from_secs(1));
-    /// assert_eq!(still_alive, 0); // the sleep was cancelled at once
+    /// let ended = rt.shutdown_timeout(Duration::from_secs(10));
+    /// assert_eq!(ended, 1); // the sleeping fiber, cancelled at once
     /// ```
     pub fn shutdown_timeout(mut self, timeout: Duration) -> usize {
-        self.stop(timeout)
+        self.stop(timeout);
+        self.sched.stopped.load(Ordering::Relaxed)
     }
 
     fn shutdown_inner(&mut self) -> usize {
@@ -456,7 +474,7 @@ where
     let (sched, index) = worker::current_scheduler().unwrap_or_else(|| {
         panic!(
             "spindle::spawn_local called outside a spindle fiber; \
-             call it from a fiber (inside spindle::run or Runtime::block_on)"
+             call it from a fiber (inside spindle::run or Runtime::run)"
         )
     });
     let (fiber, handle) = allocate(&sched, name, stack_size, index, f)?;
@@ -523,7 +541,7 @@ where
         Some(spawned) => spawned,
         None => panic!(
             "{what} called outside a spindle runtime; call it from a fiber \
-             (inside spindle::run or Runtime::block_on), or use Runtime::spawn"
+             (inside spindle::run or Runtime::run), or use Runtime::spawn"
         ),
     }
 }

@@ -12,7 +12,7 @@ use spindle::Runtime;
 #[test]
 fn block_on_a_future_woken_from_another_os_thread() {
     let rt = Runtime::builder().workers(1).build().unwrap();
-    rt.block_on(|| {
+    rt.run(|| {
         let other_ran = Arc::new(AtomicBool::new(false));
         let o = other_ran.clone();
         // While this fiber waits in block_on, the worker runs others.
@@ -46,7 +46,7 @@ fn a_future_that_wakes_itself_yields_the_worker() {
     // return Pending: on one worker, another fiber must get to run between
     // those polls rather than after the future is done.
     let rt = Runtime::builder().workers(1).build().unwrap();
-    let ticks = rt.block_on(|| {
+    let ticks = rt.run(|| {
         let ticks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let done = Arc::new(AtomicBool::new(false));
         let (t, d) = (ticks.clone(), done.clone());
@@ -123,13 +123,13 @@ fn wait_readable_times_out() {
 #[test]
 fn spawn_blocking_runs_off_the_worker() {
     let rt = Runtime::builder().workers(1).build().unwrap();
-    rt.block_on(|| {
+    rt.run(|| {
         let start = Instant::now();
         // 50 fibers each block 100 ms in a std call: on the pool they overlap.
         let jobs: Vec<_> = (0..50)
             .map(|i| {
                 spindle::spawn(move || {
-                    spindle::blocking::spawn_blocking(move || {
+                    spindle::blocking::run(move || {
                         std::thread::sleep(Duration::from_millis(100));
                         i
                     })
@@ -144,7 +144,7 @@ fn spawn_blocking_runs_off_the_worker() {
             start.elapsed()
         );
         // A panic on the pool reaches the caller.
-        let h = spindle::spawn(|| spindle::blocking::spawn_blocking(|| panic!("pool boom")));
+        let h = spindle::spawn(|| spindle::blocking::run(|| panic!("pool boom")));
         assert!(h.join().unwrap_err().is_panic());
     });
 }

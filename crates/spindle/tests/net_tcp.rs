@@ -67,7 +67,7 @@ fn child_ten_thousand_echo_clients() {
     raise_nofile(65_536);
     let addr: std::net::SocketAddr = addr.parse().unwrap();
     let rt = Runtime::builder().workers(1).build().unwrap();
-    let ok = rt.block_on(move || {
+    let ok = rt.run(move || {
         let connected = Arc::new(AtomicUsize::new(0));
         let clients: Vec<_> = (0..CONNS)
             .map(|i| {
@@ -119,7 +119,7 @@ fn echo_with_ten_thousand_concurrent_connections() {
     let rt = Runtime::builder().workers(1).build().unwrap();
     let served = Arc::new(AtomicUsize::new(0));
     let s2 = served.clone();
-    let addr = rt.block_on(move || {
+    let addr = rt.run(move || {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         spindle::spawn(move || {
@@ -163,7 +163,7 @@ fn data_then_shutdown_in_one_edge_reads_to_the_end_promptly() {
     // already consumed), no edge follows: the sticky read-closed state must
     // let the next read see EOF at once instead of waiting for the timeout.
     let rt = Runtime::builder().workers(1).build().unwrap();
-    rt.block_on(|| {
+    rt.run(|| {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let peer = std::thread::spawn(move || {
@@ -194,7 +194,7 @@ fn wait_readable_then_read_after_a_short_read_does_not_hang() {
     // wait_readable takes the edge that a read after a short read would
     // otherwise wait for: that read must go straight to recv.
     let rt = Runtime::builder().workers(1).build().unwrap();
-    rt.block_on(|| {
+    rt.run(|| {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let peer = std::thread::spawn(move || {
@@ -391,7 +391,7 @@ fn read_and_write_timeouts_are_deadlines() {
 #[test]
 fn the_same_stream_works_from_a_plain_thread() {
     let rt = Runtime::builder().workers(1).build().unwrap();
-    let (client, server) = rt.block_on(|| {
+    let (client, server) = rt.run(|| {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let client = TcpStream::connect(addr).unwrap();

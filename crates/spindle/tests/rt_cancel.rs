@@ -10,7 +10,7 @@ use spindle::Runtime;
 #[test]
 fn cancelling_ten_thousand_fibers_in_every_kind_of_wait() {
     let rt = Runtime::builder().workers(2).build().unwrap();
-    rt.block_on(|| {
+    rt.run(|| {
         let lock = Arc::new(spindle::sync::Mutex::new(()));
         let held = lock.lock();
         let (_tx, rx) = spindle::chan::unbounded::<u8>();
@@ -59,7 +59,7 @@ fn cancelling_ten_thousand_fibers_in_every_kind_of_wait() {
                             assert!(spindle::is_cancelled(&r.unwrap_err()));
                         }
                         _ => {
-                            spindle::blocking::spawn_blocking(|| {
+                            spindle::blocking::run(|| {
                                 std::thread::sleep(Duration::from_millis(200))
                             });
                         }
@@ -96,7 +96,7 @@ fn cancelling_ten_thousand_fibers_in_every_kind_of_wait() {
 #[test]
 fn a_cancelled_fibers_received_message_is_not_lost() {
     let rt = Runtime::builder().workers(2).build().unwrap();
-    rt.block_on(|| {
+    rt.run(|| {
         for _ in 0..1000 {
             let (tx, rx) = spindle::chan::bounded::<u32>(0);
             let got = Arc::new(AtomicUsize::new(0));
@@ -131,7 +131,7 @@ fn a_cancelled_fibers_received_message_is_not_lost() {
 #[test]
 fn cancel_before_start_is_reported() {
     let rt = Runtime::builder().workers(1).build().unwrap();
-    rt.block_on(|| {
+    rt.run(|| {
         let ran = Arc::new(AtomicUsize::new(0));
         let r = ran.clone();
         let h = spindle::spawn(move || {

@@ -29,7 +29,7 @@ fn child_blocking_fiber() {
         .stall_warning(Some(Duration::from_millis(50)))
         .build()
         .unwrap();
-    rt.block_on(|| {
+    rt.run(|| {
         spindle::Builder::new()
             .name("sleepy-handler")
             .spawn(|| std::thread::sleep(Duration::from_millis(300)))
@@ -80,7 +80,7 @@ fn child_std_lock_across_a_park() {
         .stall_warning(Some(Duration::from_millis(50)))
         .build()
         .unwrap();
-    rt.block_on(|| {
+    rt.run(|| {
         let lock = std::sync::Arc::new(std::sync::Mutex::new(0));
         let l = lock.clone();
         let holder = spindle::Builder::new()
@@ -160,7 +160,7 @@ fn child_emfile_server() {
     // SAFETY: plain syscall in the child process.
     assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &rl) }, 0);
     let rt = spindle::Runtime::builder().workers(1).build().unwrap();
-    rt.block_on(|| {
+    rt.run(|| {
         let listener = spindle::net::TcpListener::bind("127.0.0.1:0").unwrap();
         println!("PORT {}", listener.local_addr().unwrap().port());
         let mut held = Vec::new();
@@ -262,7 +262,7 @@ fn dump_names_every_fiber_and_what_it_waits_on() {
         }),
     );
     std::thread::sleep(Duration::from_millis(50));
-    let dump = rt.block_on(|| spindle::dump().unwrap());
+    let dump = rt.run(|| spindle::dump().unwrap());
     for (name, what) in [
         ("holder", "sleeping"),
         ("lock-waiter", "waiting for a lock"),

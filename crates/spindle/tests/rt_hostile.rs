@@ -34,7 +34,7 @@ impl Drop for DropsOn {
 fn a_local_fibers_result_is_dropped_on_its_worker_when_only_a_fiber_handle_outlives_it() {
     within(Duration::from_secs(10), || {
         let rt = rt(2);
-        let (worker_thread, dropped_on) = rt.block_on(|| {
+        let (worker_thread, dropped_on) = rt.run(|| {
             let dropped_on = Arc::new(Mutex::new(None));
             let d2 = dropped_on.clone();
             let h = spindle::spawn_local(move || DropsOn {
@@ -64,7 +64,7 @@ fn a_local_fibers_result_is_dropped_on_its_worker_when_only_a_fiber_handle_outli
 fn a_detached_local_fibers_result_is_dropped_on_its_worker_when_it_finishes() {
     within(Duration::from_secs(10), || {
         let rt = rt(2);
-        let (worker_thread, dropped_on) = rt.block_on(|| {
+        let (worker_thread, dropped_on) = rt.run(|| {
             let dropped_on = Arc::new(Mutex::new(None));
             let d2 = dropped_on.clone();
             let h = spindle::spawn_local(move || {
@@ -116,7 +116,7 @@ impl Drop for Borrowing<'_> {
 fn a_scope_childs_borrowing_value_is_dropped_before_the_scope_returns() {
     within(Duration::from_secs(20), || {
         let rt = rt(2);
-        let late = rt.block_on(|| {
+        let late = rt.run(|| {
             let dropped_late = Arc::new(AtomicBool::new(false));
             for _ in 0..5 {
                 let scope_returned = Arc::new(AtomicBool::new(false));
@@ -149,7 +149,7 @@ fn a_scope_childs_borrowing_value_is_dropped_before_the_scope_returns() {
 fn a_scope_child_cancelled_before_it_runs_still_lets_the_scope_return() {
     within(Duration::from_secs(10), || {
         let rt = rt(1);
-        let ran = rt.block_on(|| {
+        let ran = rt.run(|| {
             let ran = AtomicBool::new(false);
             spindle::scope(|s| {
                 let h = s.spawn(|| ran.store(true, Ordering::SeqCst));
@@ -284,13 +284,13 @@ impl Drop for PanicsOnDrop {
 fn a_result_whose_drop_panics_does_not_kill_its_worker() {
     within(Duration::from_secs(20), || {
         let rt = rt(1);
-        rt.block_on(|| {
+        rt.run(|| {
             let h = spindle::spawn(|| PanicsOnDrop("result drop"));
             drop(h); // detached: the result is dropped when it finishes
             spindle::time::sleep(Duration::from_millis(20));
         });
         // The worker is still there.
-        assert_eq!(rt.block_on(|| 7), 7);
+        assert_eq!(rt.run(|| 7), 7);
         rt.shutdown();
     });
 }
@@ -299,13 +299,13 @@ fn a_result_whose_drop_panics_does_not_kill_its_worker() {
 fn a_capture_whose_drop_panics_in_an_unstarted_fiber_does_not_kill_its_worker() {
     within(Duration::from_secs(20), || {
         let rt = rt(1);
-        rt.block_on(|| {
+        rt.run(|| {
             let p = PanicsOnDrop("capture drop");
             let h = spindle::spawn(move || drop(p));
             h.cancel(); // never runs: its capture is dropped unrun
             assert!(h.join().unwrap_err().is_cancelled());
         });
-        assert_eq!(rt.block_on(|| 7), 7);
+        assert_eq!(rt.run(|| 7), 7);
         // Still queued when the stop's second phase comes: the worker is
         // blocked in a call past the grace.
         let blocking = Arc::new(AtomicBool::new(false));
@@ -331,7 +331,7 @@ fn a_capture_whose_drop_panics_in_an_unstarted_fiber_does_not_kill_its_worker() 
 fn block_on_a_sleep_future_completes_on_an_idle_worker() {
     within(Duration::from_secs(10), || {
         let rt = rt(1);
-        let waited = rt.block_on(|| {
+        let waited = rt.run(|| {
             let start = Instant::now();
             spindle::block_on(spindle::time::sleep_future(Duration::from_millis(50)));
             start.elapsed()
@@ -365,7 +365,7 @@ fn foreign_block_on<F: std::future::Future>(fut: F) -> F::Output {
 fn a_sleep_future_polled_by_a_foreign_executor_on_a_fiber_completes() {
     within(Duration::from_secs(10), || {
         let rt = rt(1);
-        rt.block_on(|| {
+        rt.run(|| {
             foreign_block_on(spindle::time::sleep_future(Duration::from_millis(30)));
         });
         rt.shutdown();
@@ -376,7 +376,7 @@ fn a_sleep_future_polled_by_a_foreign_executor_on_a_fiber_completes() {
 fn park_inside_a_block_on_poll_is_woken_by_unpark() {
     within(Duration::from_secs(10), || {
         let rt = rt(1);
-        rt.block_on(|| {
+        rt.run(|| {
             let me = spindle::current().unwrap();
             let unparker = std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_millis(30));
@@ -403,7 +403,7 @@ fn an_impossible_stack_size_is_an_error_not_a_crash() {
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
     assert!(err.to_string().contains("stack"), "{err}");
     let rt = rt(1);
-    rt.block_on(|| {
+    rt.run(|| {
         for size in [usize::MAX, usize::MAX / 2, 1 << 62] {
             let err = spindle::Builder::new()
                 .stack_size(size)
@@ -429,7 +429,7 @@ fn an_impossible_stack_size_is_an_error_not_a_crash() {
 fn timeout_cuts_a_join_short() {
     within(Duration::from_secs(10), || {
         let rt = rt(1);
-        rt.block_on(|| {
+        rt.run(|| {
             let sleeper = spindle::spawn(|| spindle::time::sleep(Duration::from_secs(30)));
             let fiber = sleeper.fiber().clone();
             let r = spindle::time::timeout(Duration::from_millis(30), move || sleeper.join());
@@ -444,7 +444,7 @@ fn timeout_cuts_a_join_short() {
 fn timeout_cuts_a_block_on_short() {
     within(Duration::from_secs(10), || {
         let rt = rt(1);
-        rt.block_on(|| {
+        rt.run(|| {
             let r = spindle::time::timeout(Duration::from_millis(30), || {
                 spindle::block_on(std::future::pending::<()>())
             });
@@ -458,7 +458,7 @@ fn timeout_cuts_a_block_on_short() {
 fn timeout_cuts_a_scope_wait_short_after_cancelling_the_children() {
     within(Duration::from_secs(10), || {
         let rt = rt(1);
-        rt.block_on(|| {
+        rt.run(|| {
             let ended = AtomicUsize::new(0);
             let r = spindle::time::timeout(Duration::from_millis(30), || {
                 spindle::scope(|s| {
@@ -488,7 +488,7 @@ fn timeout_cuts_a_join_short_on_a_plain_threads_runtime_block_on() {
     // Runtime::block_on from a plain thread under no timeout still works.
     within(Duration::from_secs(10), || {
         let rt = rt(1);
-        assert_eq!(rt.block_on(|| 5), 5);
+        assert_eq!(rt.run(|| 5), 5);
         rt.shutdown();
     });
 }
@@ -500,7 +500,7 @@ fn timeout_cuts_a_join_short_on_a_plain_threads_runtime_block_on() {
 fn unstarted_fibers_queued_on_a_blocked_worker_are_run_by_the_others() {
     within(Duration::from_secs(20), || {
         let rt = rt(2);
-        let (blocked_until, finished) = rt.block_on(|| {
+        let (blocked_until, finished) = rt.run(|| {
             let finished: Arc<Mutex<Vec<Instant>>> = Arc::new(Mutex::new(Vec::new()));
             let handles: Vec<_> = (0..50)
                 .map(|_| {
@@ -565,7 +565,7 @@ fn new_spawns_from_outside_avoid_a_blocked_worker() {
 fn a_sleep_among_yielding_fibers_fires_close_to_its_deadline() {
     within(Duration::from_secs(20), || {
         let rt = rt(1);
-        let late = rt.block_on(|| {
+        let late = rt.run(|| {
             let stop = Arc::new(AtomicBool::new(false));
             let busy: Vec<_> = (0..100)
                 .map(|_| {

@@ -26,7 +26,7 @@ fn an_unpark_before_the_park_is_not_lost() {
 fn park_unpark_ping_pong_across_workers_loses_no_wakeup() {
     const ROUNDS: u64 = 100_000;
     let rt = Runtime::builder().workers(2).build().unwrap();
-    rt.block_on(|| {
+    rt.run(|| {
         let turn = Arc::new(AtomicU64::new(0));
         // Pin one side to each worker.
         let t = turn.clone();

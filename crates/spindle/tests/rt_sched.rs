@@ -8,7 +8,7 @@ use spindle::Runtime;
 #[test]
 fn yielding_fibers_on_one_worker_run_round_robin() {
     let rt = Runtime::builder().workers(1).build().unwrap();
-    let order = rt.block_on(|| {
+    let order = rt.run(|| {
         let log = Arc::new(Mutex::new(Vec::new()));
         let handles: Vec<_> = (0..3)
             .map(|id| {
@@ -35,7 +35,7 @@ fn yielding_fibers_on_one_worker_run_round_robin() {
 #[test]
 fn a_fiber_spinning_on_yield_now_does_not_starve_new_fibers() {
     let rt = Runtime::builder().workers(1).build().unwrap();
-    rt.block_on(|| {
+    rt.run(|| {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let spinner = spindle::spawn(move || {
@@ -60,7 +60,7 @@ fn a_spawn_runs_before_a_yielder_that_yields_after_it() {
     // The spawned fiber is stamped before the yield re-stamps the spinner,
     // so it runs first: the spinner sees its effect after one yield.
     let rt = Runtime::builder().workers(1).build().unwrap();
-    rt.block_on(|| {
+    rt.run(|| {
         for _ in 0..100 {
             let flag = Arc::new(AtomicBool::new(false));
             let f = flag.clone();
@@ -75,7 +75,7 @@ fn a_spawn_runs_before_a_yielder_that_yields_after_it() {
 #[test]
 fn a_woken_fiber_goes_back_to_its_own_worker() {
     let rt = Runtime::builder().workers(2).build().unwrap();
-    rt.block_on(|| {
+    rt.run(|| {
         let handles: Vec<_> = (0..64)
             .map(|_| {
                 spindle::spawn(|| {

@@ -16,7 +16,7 @@ fn rt(workers: usize) -> Runtime {
 #[test]
 fn hundred_thousand_fibers_over_two_workers_all_accounted_for() {
     let rt = rt(2);
-    let (sum, count, stats) = rt.block_on(|| {
+    let (sum, count, stats) = rt.run(|| {
         let handles: Vec<_> = (0..100_000u64)
             .map(|i| spindle::spawn(move || i * 2))
             .collect();
@@ -37,7 +37,7 @@ fn hundred_thousand_fibers_over_two_workers_all_accounted_for() {
 #[test]
 fn fibers_spread_over_workers_by_stealing() {
     let rt = rt(2);
-    let seen = rt.block_on(|| {
+    let seen = rt.run(|| {
         let handles: Vec<_> = (0..2_000)
             .map(|_| {
                 spindle::spawn(|| {
@@ -65,7 +65,7 @@ fn fibers_spread_over_workers_by_stealing() {
 #[test]
 fn a_panicking_fiber_reaches_join_and_the_runtime_goes_on() {
     let rt = rt(2);
-    rt.block_on(|| {
+    rt.run(|| {
         let h = spindle::spawn(|| -> u32 { panic!("boom in a fiber") });
         let err = h.join().expect_err("the panic is reported");
         assert!(err.is_panic());
@@ -77,10 +77,10 @@ fn a_panicking_fiber_reaches_join_and_the_runtime_goes_on() {
     });
     // A panic in block_on's own closure comes back to the caller.
     let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        rt.block_on(|| panic!("boom in block_on"))
+        rt.run(|| panic!("boom in block_on"))
     }));
     assert!(caught.is_err());
-    assert_eq!(rt.block_on(|| 1 + 1), 2);
+    assert_eq!(rt.run(|| 1 + 1), 2);
 }
 
 #[test]
@@ -115,7 +115,7 @@ fn join_waits_for_a_fiber_that_parks_first() {
 #[test]
 fn builder_names_fibers_and_sets_their_stack() {
     let rt = rt(1);
-    let (name, deep) = rt.block_on(|| {
+    let (name, deep) = rt.run(|| {
         let h = Builder::new()
             .name("conn-handler")
             .stack_size(1 << 20)
@@ -137,7 +137,7 @@ fn builder_names_fibers_and_sets_their_stack() {
 #[test]
 fn spawn_local_runs_a_non_send_closure_on_the_same_worker() {
     let rt = rt(2);
-    rt.block_on(|| {
+    rt.run(|| {
         let here = spindle::worker_id();
         let rc = std::rc::Rc::new(std::cell::Cell::new(1));
         let rc2 = rc.clone();
@@ -229,13 +229,13 @@ fn several_runtimes_live_at_once() {
     let a = rt(1);
     let b = rt(1);
     let hb = b.spawn(spindle::worker_id);
-    let from_a = a.block_on(move || {
+    let from_a = a.run(move || {
         // A fiber of runtime a joins a fiber of runtime b.
         hb.join().unwrap()
     });
     assert_eq!(from_a, Some(0));
     drop(a);
-    assert_eq!(b.block_on(|| 3), 3);
+    assert_eq!(b.run(|| 3), 3);
 }
 
 #[test]

@@ -32,7 +32,7 @@ fn two_hundred_thousand_parked_fibers_fit_under_the_mapping_limit() {
     let rt = Runtime::builder().workers(2).build().unwrap();
     let parked = Arc::new(AtomicUsize::new(0));
     let p = parked.clone();
-    let (live, maps) = rt.block_on(move || {
+    let (live, maps) = rt.run(move || {
         let handles: Vec<_> = (0..N)
             .map(|i| {
                 let p = p.clone();
@@ -80,7 +80,7 @@ fn child_overflow() {
         return;
     }
     let rt = Runtime::builder().workers(1).build().unwrap();
-    rt.block_on(|| {
+    rt.run(|| {
         Builder::new()
             .name("conn-handler")
             .stack_size(64 << 10)
@@ -157,7 +157,7 @@ fn child_rlimit() {
         .expect_err("1 GiB stacks cannot fit in 256 MiB");
     println!("BUILDER-ERROR: {err}");
     let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        rt.block_on(|| {
+        rt.run(|| {
             Builder::new()
                 .stack_size(1 << 30)
                 .spawn(|| ())
@@ -173,7 +173,7 @@ fn child_rlimit() {
         .build()
         .unwrap();
     let msg = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        rt2.block_on(|| ());
+        rt2.run(|| ());
     }))
     .expect_err("spawn panics");
     let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();

@@ -17,7 +17,7 @@ fn cancel_with_waiting_destructor(
     after_cancel: impl FnOnce() + Send + 'static,
 ) -> bool {
     let rt = rt(1);
-    let done = rt.block_on(move || {
+    let done = rt.run(move || {
         let done = Arc::new(AtomicBool::new(false));
         struct OnDrop<F: FnOnce()>(Option<F>);
         impl<F: FnOnce()> Drop for OnDrop<F> {
@@ -48,7 +48,7 @@ fn cancel_with_waiting_destructor(
 fn a_destructor_waits_for_a_lock_held_across_the_cancel() {
     within(Duration::from_secs(10), || {
         let rt = rt(1);
-        let n = rt.block_on(|| {
+        let n = rt.run(|| {
             let lock = Arc::new(spindle::sync::Mutex::new(0u32));
             let guard_holder = {
                 let lock = lock.clone();
@@ -86,7 +86,7 @@ fn a_destructor_waits_for_a_lock_held_across_the_cancel() {
 fn a_destructor_may_join_a_fiber_while_its_fiber_is_cancelled() {
     within(Duration::from_secs(10), || {
         let rt = rt(1);
-        let joined = rt.block_on(|| {
+        let joined = rt.run(|| {
             let joined = Arc::new(AtomicUsize::new(0));
             let j = joined.clone();
             let victim = spindle::spawn(move || {
@@ -146,7 +146,7 @@ fn a_destructor_may_send_on_a_full_channel_while_its_fiber_is_cancelled() {
 fn a_second_cancel_during_the_destructors_wait_does_not_abort() {
     within(Duration::from_secs(10), || {
         let rt = rt(1);
-        rt.block_on(|| {
+        rt.run(|| {
             let victim = spindle::spawn(|| {
                 struct SlowDrop;
                 impl Drop for SlowDrop {

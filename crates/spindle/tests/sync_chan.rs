@@ -74,7 +74,7 @@ fn mpmc_stress_with_fiber_and_thread_ends_loses_and_duplicates_nothing() {
 #[test]
 fn a_rendezvous_channel_hands_over_across_workers() {
     let rt = Runtime::builder().workers(2).build().unwrap();
-    rt.block_on(|| {
+    rt.run(|| {
         let (tx, rx) = chan::bounded::<usize>(0);
         let (back_tx, back_rx) = chan::bounded::<usize>(0);
         let echo = spindle::spawn(move || {

@@ -10,7 +10,7 @@ use spindle::Runtime;
 #[test]
 fn a_mutex_held_across_a_sleep_with_a_thousand_contenders_on_one_worker() {
     let rt = Runtime::builder().workers(1).build().unwrap();
-    rt.block_on(|| {
+    rt.run(|| {
         let m = Arc::new(Mutex::new(0u64));
         let handles: Vec<_> = (0..1000)
             .map(|_| {
@@ -69,7 +69,7 @@ fn contended_mutex_across_fibers_and_threads_counts_exactly() {
 #[test]
 fn no_waiter_starves_under_steady_contention() {
     let rt = Runtime::builder().workers(1).build().unwrap();
-    rt.block_on(|| {
+    rt.run(|| {
         let m = Arc::new(Mutex::new(()));
         let acquired = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -140,7 +140,7 @@ fn condvar_notify_one_and_notify_all() {
 #[test]
 fn pool_deadline_versus_return_race_loses_nothing() {
     let rt = Runtime::builder().workers(2).build().unwrap();
-    rt.block_on(|| {
+    rt.run(|| {
         let pool = Arc::new(Pool::new(vec![0u8]));
         let timeouts = Arc::new(AtomicUsize::new(0));
         let handles: Vec<_> = (0..4)

@@ -12,7 +12,7 @@ use spindle::Runtime;
 fn hundred_thousand_sleeping_fibers_wake_in_deadline_order() {
     const N: u64 = 100_000;
     let rt = Runtime::builder().workers(1).build().unwrap();
-    let order = rt.block_on(|| {
+    let order = rt.run(|| {
         let woke = Arc::new(Mutex::new(Vec::with_capacity(N as usize)));
         let start = Arc::new(std::sync::OnceLock::<Instant>::new());
         let parked = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -79,7 +79,7 @@ impl<F: Future<Output = ()> + Unpin> Future for All<F> {
 #[test]
 fn a_million_armed_timers_all_fire() {
     let rt = Runtime::builder().workers(1).build().unwrap();
-    let fired = rt.block_on(|| {
+    let fired = rt.run(|| {
         let now = Instant::now();
         let sleeps = (0..1_000_000u64)
             .map(|i| {
@@ -96,7 +96,7 @@ fn a_million_armed_timers_all_fire() {
 #[test]
 fn sleep_parks_the_fiber_not_the_worker() {
     let rt = Runtime::builder().workers(1).build().unwrap();
-    rt.block_on(|| {
+    rt.run(|| {
         let start = Instant::now();
         let sleepers: Vec<_> = (0..1000)
             .map(|_| spindle::spawn(|| spindle::time::sleep(Duration::from_millis(100))))

@@ -285,6 +285,49 @@ impl fmt::Display for RecvError {
 impl<T> std::error::Error for SendError<T> {}
 impl std::error::Error for RecvError {}
 
+impl<T> fmt::Display for TrySendError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TrySendError::Full(_) => "sending on a full channel",
+            TrySendError::Disconnected(_) => "sending on a channel whose receivers are all gone",
+        })
+    }
+}
+
+impl fmt::Display for TryRecvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TryRecvError::Empty => "receiving on an empty channel",
+            TryRecvError::Disconnected => "receiving on an empty and closed channel",
+        })
+    }
+}
+
+impl<T> fmt::Display for SendTimeoutError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SendTimeoutError::Timeout(_) => "timed out sending on a full channel",
+            SendTimeoutError::Disconnected(_) => {
+                "sending on a channel whose receivers are all gone"
+            }
+        })
+    }
+}
+
+impl fmt::Display for RecvTimeoutError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RecvTimeoutError::Timeout => "timed out receiving on an empty channel",
+            RecvTimeoutError::Disconnected => "receiving on an empty and closed channel",
+        })
+    }
+}
+
+impl<T> std::error::Error for TrySendError<T> {}
+impl std::error::Error for TryRecvError {}
+impl<T> std::error::Error for SendTimeoutError<T> {}
+impl std::error::Error for RecvTimeoutError {}
+
 impl<T> Sender<T> {
     /// Sends, parking while the channel is full (or, for `bounded(0)`,
     /// until a receiver takes the message). Fails only when every receiver

@@ -711,7 +711,16 @@ impl fmt::Debug for Fiber {
 }
 
 /// Why [`JoinHandle::join`] has no value: the fiber panicked, or it was
-/// stopped (runtime shutdown) before it could finish.
+/// cancelled — by [`JoinHandle::cancel`], or by runtime shutdown, before it
+/// started or at one of its waits — before it could finish.
+///
+/// ```
+/// spindle::run(|| {
+///     let h = spindle::spawn(|| spindle::time::sleep(std::time::Duration::from_secs(60)));
+///     h.cancel();
+///     assert!(h.join().unwrap_err().is_cancelled());
+/// });
+/// ```
 pub struct JoinError {
     repr: JoinErrorRepr,
 }
@@ -733,8 +742,9 @@ impl JoinError {
         matches!(self.repr, JoinErrorRepr::Panic(_))
     }
 
-    /// The fiber was stopped before it finished (for now: by runtime
-    /// shutdown, either before it started or while it waited).
+    /// The fiber was cancelled before it finished: by
+    /// [`JoinHandle::cancel`] or by runtime shutdown, before it started or
+    /// at one of its waits.
     pub fn is_cancelled(&self) -> bool {
         matches!(self.repr, JoinErrorRepr::Cancelled)
     }

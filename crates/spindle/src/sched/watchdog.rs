@@ -136,7 +136,7 @@ pub(crate) fn blocked_in(tid: i32) -> String {
     match what {
         Some(Blocked::Running) => {
             "it is running on the CPU without a switch (a long computation or a spin: \
-             call spindle::yield_now in the loop, or move it to spindle::blocking::spawn_blocking)"
+             call spindle::yield_now in the loop, or move it to spindle::blocking::run)"
                 .to_string()
         }
         Some(Blocked::Futex) => {
@@ -149,10 +149,10 @@ pub(crate) fn blocked_in(tid: i32) -> String {
         Some(Blocked::Call(call)) => format!(
             "its thread is blocked in {call}: a blocking call on a fiber stops every fiber of \
              its worker (use spindle's own I/O and sleep, or move the call to \
-             spindle::blocking::spawn_blocking)"
+             spindle::blocking::run)"
         ),
         None => "a blocking call on a fiber stops every fiber of its worker \
-                 (move it to spindle::blocking::spawn_blocking)"
+                 (move it to spindle::blocking::run)"
             .to_string(),
     }
 }
