@@ -1,6 +1,8 @@
 //! TCP through the netpoller: many connections, concurrent halves, closes,
 //! resets, timeouts, and the same socket from a plain thread.
 
+mod common;
+
 use std::io::{ErrorKind, Read, Write};
 use std::net::Shutdown;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -139,7 +141,7 @@ fn echo_with_ten_thousand_concurrent_connections() {
         });
         addr
     });
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
+    let out = common::this_test_binary()
         .args([
             "child_ten_thousand_echo_clients",
             "--exact",

@@ -2,6 +2,8 @@
 //! running out of fds while accepting. Each runs in a child process (this
 //! test binary re-executed) so that its stderr and its fd limit are its own.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -13,7 +15,7 @@ fn role() -> Option<String> {
 }
 
 fn child(test: &str, role: &str) -> Command {
-    let mut c = Command::new(std::env::current_exe().unwrap());
+    let mut c = common::this_test_binary();
     c.args([test, "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, role);
     c
@@ -56,9 +58,19 @@ fn a_fiber_that_blocks_its_worker_is_reported_once_by_id_and_name() {
     assert_eq!(early.len(), 1, "reported once while it blocks: {stderr}");
     assert!(early[0].contains("worker 0 has run fiber "), "{stderr}");
     assert!(
-        early[0].contains("\"sleepy-handler\"") && early[0].contains("blocked in a sleep"),
-        "named, with what it is blocked in, while it blocks: {stderr}"
+        early[0].contains("\"sleepy-handler\""),
+        "named while it blocks: {stderr}"
     );
+    if common::runs_natively() {
+        assert!(
+            early[0].contains("blocked in a sleep"),
+            "with what it is blocked in: {stderr}"
+        );
+    } else {
+        eprintln!(
+            "under an emulator /proc shows the host's calls: not checking what it is blocked in"
+        );
+    }
     let named: Vec<_> = stderr
         .lines()
         .filter(|l| l.contains("\"sleepy-handler\" blocked worker 0"))
@@ -142,10 +154,16 @@ fn a_std_lock_held_across_a_park_is_named_as_the_deadlock_it_is() {
         report.contains("\"lock-waiter\""),
         "names the fiber: {report}"
     );
-    assert!(
-        report.contains("futex wait") && report.contains("spindle::sync::Mutex"),
-        "says what it is blocked in and the remedy: {report}"
-    );
+    if common::runs_natively() {
+        assert!(
+            report.contains("futex wait") && report.contains("spindle::sync::Mutex"),
+            "says what it is blocked in and the remedy: {report}"
+        );
+    } else {
+        eprintln!(
+            "under an emulator /proc shows the host's calls: not checking what it is blocked in"
+        );
+    }
 }
 
 #[test]

@@ -264,6 +264,9 @@ fn stats_count_live_fibers() {
 #[allow(deprecated)]
 fn the_old_names_still_work_for_one_release() {
     let rt = rt(1);
-    assert_eq!(rt.block_on(|| spindle::blocking::spawn_blocking(|| 6 * 7)), 42);
+    assert_eq!(
+        rt.block_on(|| spindle::blocking::spawn_blocking(|| 6 * 7)),
+        42
+    );
     assert_eq!(rt.shutdown(), 0);
 }

@@ -1,5 +1,7 @@
 //! Timers: sleeping fibers, deadline order, many armed timers, off-runtime.
 
+mod common;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -10,6 +12,12 @@ use spindle::Runtime;
 
 #[test]
 fn hundred_thousand_sleeping_fibers_wake_in_deadline_order() {
+    if !common::runs_natively() {
+        // QEMU user mode ignores MADV_GUARD_INSTALL, so stacks are guarded
+        // with mprotect there, which it emulates slowly, one call per stack.
+        eprintln!("skipped under an emulator: 100 000 stacks guarded with mprotect");
+        return;
+    }
     const N: u64 = 100_000;
     let rt = Runtime::builder().workers(1).build().unwrap();
     let order = rt.run(|| {

@@ -74,6 +74,58 @@ const MADV_GUARD_INSTALL: libc::c_int = 102;
 /// Whether `MADV_GUARD_INSTALL` works here; cleared at the first `EINVAL`.
 static GUARD_BY_MADVISE: AtomicBool = AtomicBool::new(true);
 
+/// Whether guards installed with `MADV_GUARD_INSTALL` really guard: the
+/// advice is accepted *and* a guarded page faults. An emulator (QEMU user
+/// mode) accepts advice it does not know and does nothing, which would
+/// leave stacks without guards; there the `mprotect` fallback is used.
+/// Probed once; later calls read the answer.
+fn guard_by_madvise() -> bool {
+    static PROBED: OnceLock<()> = OnceLock::new();
+    PROBED.get_or_init(|| {
+        if !probe_guard_install() {
+            GUARD_BY_MADVISE.store(false, Ordering::Relaxed);
+        }
+    });
+    GUARD_BY_MADVISE.load(Ordering::Relaxed)
+}
+
+/// Installs a guard on a scratch page and checks that the kernel refuses
+/// to read it (a `write` from it to a pipe fails with `EFAULT`).
+fn probe_guard_install() -> bool {
+    let page = page_size();
+    // SAFETY: a fresh private anonymous page, ours alone, unmapped below.
+    let addr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            page,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if addr == libc::MAP_FAILED {
+        return false;
+    }
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: `addr` is the page just mapped; `fds` has room for two fds.
+    let guarded = unsafe {
+        libc::madvise(addr, page, MADV_GUARD_INSTALL) == 0
+            && libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) == 0
+            && {
+                let n = libc::write(fds[1], addr, 1);
+                let faulted =
+                    n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EFAULT);
+                libc::close(fds[0]);
+                libc::close(fds[1]);
+                faulted
+            }
+    };
+    // SAFETY: unmaps only the scratch page.
+    unsafe { libc::munmap(addr, page) };
+    guarded
+}
+
 pub(crate) fn page_size() -> usize {
     static PAGE: OnceLock<usize> = OnceLock::new();
     // SAFETY: sysconf has no preconditions.
@@ -470,7 +522,7 @@ fn advise_slots_batch(
     len: usize,
     advice: libc::c_int,
 ) -> bool {
-    if !GUARD_BATCH.load(Ordering::Relaxed) || !GUARD_BY_MADVISE.load(Ordering::Relaxed) {
+    if !GUARD_BATCH.load(Ordering::Relaxed) || !guard_by_madvise() {
         return false;
     }
     static PIDFD: OnceLock<libc::c_int> = OnceLock::new();
@@ -525,7 +577,7 @@ const SYS_PIDFD_OPEN: libc::c_long = 434;
 const SYS_PROCESS_MADVISE: libc::c_long = 440;
 
 fn install_guard(addr: usize, len: usize) -> io::Result<()> {
-    if GUARD_BY_MADVISE.load(Ordering::Relaxed) {
+    if guard_by_madvise() {
         // SAFETY: [addr, addr+len) is the first page of a slot we own and no
         // code uses yet.
         let rc = unsafe { libc::madvise(addr as *mut _, len, MADV_GUARD_INSTALL) };
