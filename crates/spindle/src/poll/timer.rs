@@ -135,3 +135,57 @@ impl TimerHeap {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+    use std::task::Wake as TaskWake;
+    use std::time::Duration;
+
+    /// A waker that records its label when woken.
+    struct Recorder(u32, Arc<Mutex<Vec<u32>>>);
+
+    impl TaskWake for Recorder {
+        fn wake(self: Arc<Self>) {
+            self.1.lock().unwrap().push(self.0);
+        }
+    }
+
+    fn waker(label: u32, log: &Arc<Mutex<Vec<u32>>>) -> TimerTarget {
+        TimerTarget::Waker(Waker::from(Arc::new(Recorder(label, log.clone()))))
+    }
+
+    #[test]
+    fn due_timers_fire_in_deadline_order_ties_in_arming_order() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let mut heap = TimerHeap::default();
+        for (label, ms) in [(1, 30), (2, 10), (3, 20), (4, 10), (5, 50)] {
+            heap.arm(at(ms), waker(label, &log));
+        }
+        assert_eq!(heap.next_deadline(), Some(at(10)));
+        assert_eq!(heap.fire_due(at(30), |_| 0), 4);
+        assert_eq!(*log.lock().unwrap(), vec![2, 4, 3, 1]);
+        assert_eq!(heap.next_deadline(), Some(at(50)));
+        assert_eq!(heap.fire_due(at(49), |_| 0), 0, "nothing else is due yet");
+        assert_eq!(heap.fire_due(at(50), |_| 0), 1);
+        assert!(heap.is_empty());
+    }
+
+    #[test]
+    fn compaction_keeps_every_waker() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let t0 = Instant::now();
+        let mut heap = TimerHeap::default();
+        for i in 0..100 {
+            heap.arm(t0 + Duration::from_millis(i), waker(i as u32, &log));
+        }
+        for _ in 0..2_000 {
+            heap.note_dead();
+        }
+        assert_eq!(heap.fire_due(t0 + Duration::from_secs(1), |_| 0), 100);
+        assert_eq!(*log.lock().unwrap(), (0..100).collect::<Vec<u32>>());
+    }
+}
