@@ -1,6 +1,7 @@
 //! [`Body`]: request bodies streamed from the connection, response bodies
 //! whole or streamed.
 
+use crate::h1::chunked;
 use std::io::{self, Read};
 use std::sync::Arc;
 
@@ -139,8 +140,9 @@ enum ChunkState {
     Data(u64),
     /// Expecting the CRLF after a chunk's data.
     DataEnd,
-    /// After the last chunk: skipping trailers up to the empty line.
-    Trailers,
+    /// After the last chunk: checking trailers up to the empty line (this
+    /// many bytes of them so far).
+    Trailers(usize),
     Done,
 }
 
@@ -232,8 +234,8 @@ impl Incoming {
                 self.buf.advance(2);
                 return Ok(line);
             }
-            if self.buf.len() > 4096 {
-                return Err(bad("chunk line too long"));
+            if self.buf.len() > chunked::MAX_SIZE_LINE {
+                return Err(chunk_error(chunked::ChunkError::LineTooLong));
             }
             self.fill()?;
         }
@@ -244,13 +246,9 @@ impl Incoming {
             match self.chunked.take().expect("chunked state") {
                 ChunkState::Size => {
                     let line = self.line()?;
-                    let hex = line[..].split(|&b| b == b';').next().unwrap_or(&[]);
-                    let text = std::str::from_utf8(hex)
-                        .map_err(|_| bad("chunk size"))?
-                        .trim();
-                    let size = u64::from_str_radix(text, 16).map_err(|_| bad("chunk size"))?;
+                    let size = chunked::parse_size_line(&line).map_err(chunk_error)?;
                     self.chunked = Some(if size == 0 {
-                        ChunkState::Trailers
+                        ChunkState::Trailers(0)
                     } else {
                         ChunkState::Data(size)
                     });
@@ -275,17 +273,22 @@ impl Incoming {
                 ChunkState::DataEnd => {
                     let line = self.line()?;
                     if !line.is_empty() {
-                        return Err(bad("missing CRLF after chunk data"));
+                        return Err(chunk_error(chunked::ChunkError::MissingCrlf));
                     }
                     self.chunked = Some(ChunkState::Size);
                 }
-                ChunkState::Trailers => {
+                ChunkState::Trailers(seen) => {
                     let line = self.line()?;
-                    self.chunked = Some(if line.is_empty() {
-                        ChunkState::Done
-                    } else {
-                        ChunkState::Trailers
-                    });
+                    if line.is_empty() {
+                        self.chunked = Some(ChunkState::Done);
+                        continue;
+                    }
+                    chunked::check_trailer(&line).map_err(chunk_error)?;
+                    let seen = seen + line.len() + 2;
+                    if seen > chunked::MAX_TRAILERS {
+                        return Err(chunk_error(chunked::ChunkError::TrailersTooLong));
+                    }
+                    self.chunked = Some(ChunkState::Trailers(seen));
                 }
                 ChunkState::Done => {
                     self.chunked = Some(ChunkState::Done);
@@ -294,6 +297,10 @@ impl Incoming {
             }
         }
     }
+}
+
+fn chunk_error(e: chunked::ChunkError) -> io::Error {
+    bad(e.describe())
 }
 
 fn bad(what: &str) -> io::Error {

@@ -12,6 +12,8 @@
 //! Mozilla roots of `webpki-roots`, or against the roots given to
 //! [`Client::tls_config`].
 
+use crate::h1::chunked;
+use crate::h1::framing::{BodyFraming, FramingHeaders};
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::sync::{Arc, Mutex};
@@ -278,42 +280,38 @@ impl Client {
                     } else {
                         Version::HTTP_11
                     });
-            let mut length = None;
-            let mut chunked = false;
-            let mut close = resp.version == Some(0);
+            let mut framing = FramingHeaders::default();
             for h in resp.headers.iter() {
                 let value = HeaderValue::from_bytes(h.value)
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-                if h.name.eq_ignore_ascii_case("content-length") {
-                    length = std::str::from_utf8(h.value)
-                        .ok()
-                        .and_then(|s| s.trim().parse::<u64>().ok());
-                } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-                    chunked = h.value.eq_ignore_ascii_case(b"chunked");
-                } else if h.name.eq_ignore_ascii_case("connection") {
-                    if h.value.eq_ignore_ascii_case(b"close") {
-                        close = true;
-                    } else if h.value.eq_ignore_ascii_case(b"keep-alive") {
-                        close = false;
-                    }
-                }
+                framing.add(h.name.as_bytes(), h.value);
                 builder = builder.header(h.name, value);
             }
+            let keep_alive = framing.keep_alive(resp.version == Some(0));
             let rest = buf.split_off(head_len);
             let no_body = *method == Method::HEAD
                 || status == StatusCode::NO_CONTENT
                 || status == StatusCode::NOT_MODIFIED;
-            let (body, reusable) = if no_body {
-                (Vec::new(), !close)
-            } else if chunked {
-                (read_chunked(conn, rest, self.max_response_bytes)?, !close)
-            } else if let Some(n) = length {
-                (
-                    read_exact_len(conn, rest, n, self.max_response_bytes)?,
-                    !close,
+            // The framing rules are in `h1::framing`, shared with the server.
+            let framing = framing.response_body(no_body).map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("malformed response framing: {e:?}"),
                 )
-            } else {
-                (read_to_close(conn, rest, self.max_response_bytes)?, false)
+            })?;
+            let (body, reusable) = match framing {
+                BodyFraming::Empty => (Vec::new(), keep_alive && rest.is_empty()),
+                BodyFraming::Chunked => {
+                    let (body, left) = read_chunked(conn, rest, self.max_response_bytes)?;
+                    (body, keep_alive && !left)
+                }
+                BodyFraming::Length(n) => {
+                    let (body, extra) = read_exact_len(conn, rest, n, self.max_response_bytes)?;
+                    (body, keep_alive && !extra)
+                }
+                BodyFraming::ToClose => {
+                    (read_to_close(conn, rest, self.max_response_bytes)?, false)
+                }
             };
             let resp = builder
                 .body(Body::from(body))
@@ -393,7 +391,12 @@ fn too_large() -> io::Error {
     )
 }
 
-fn read_exact_len(conn: &Stream, mut have: Vec<u8>, n: u64, max: u64) -> io::Result<Vec<u8>> {
+fn read_exact_len(
+    conn: &Stream,
+    mut have: Vec<u8>,
+    n: u64,
+    max: u64,
+) -> io::Result<(Vec<u8>, bool)> {
     if n > max {
         return Err(too_large());
     }
@@ -409,8 +412,11 @@ fn read_exact_len(conn: &Stream, mut have: Vec<u8>, n: u64, max: u64) -> io::Res
         }
         have.extend_from_slice(&tmp[..k]);
     }
+    // Bytes past the body were sent unasked: the caller must not reuse
+    // the connection (they would come back as the next response).
+    let extra = have.len() as u64 > n;
     have.truncate(n as usize);
-    Ok(have)
+    Ok((have, extra))
 }
 
 fn read_to_close(conn: &Stream, mut have: Vec<u8>, max: u64) -> io::Result<Vec<u8>> {
@@ -428,12 +434,11 @@ fn read_to_close(conn: &Stream, mut have: Vec<u8>, max: u64) -> io::Result<Vec<u
     }
 }
 
-fn read_chunked(conn: &Stream, have: Vec<u8>, max: u64) -> io::Result<Vec<u8>> {
-    let mut c = conn;
-    let mut buf = have;
-    let mut pos = 0;
-    let mut out = Vec::new();
-    let mut fill = |buf: &mut Vec<u8>| -> io::Result<()> {
+/// Reads a chunked body whose first bytes are `have`. Returns the body and
+/// whether bytes past its end were already received (the connection then
+/// cannot be reused: nothing may follow a response unasked).
+fn read_chunked(conn: &Stream, have: Vec<u8>, max: u64) -> io::Result<(Vec<u8>, bool)> {
+    fn fill(mut c: &Stream, buf: &mut Vec<u8>) -> io::Result<()> {
         let mut tmp = [0u8; 16384];
         let k = c.read(&mut tmp)?;
         if k == 0 {
@@ -444,46 +449,68 @@ fn read_chunked(conn: &Stream, have: Vec<u8>, max: u64) -> io::Result<Vec<u8>> {
         }
         buf.extend_from_slice(&tmp[..k]);
         Ok(())
-    };
-    let bad = || io::Error::new(io::ErrorKind::InvalidData, "malformed chunked response");
-    loop {
-        // Size line.
-        let line_end = loop {
-            if let Some(i) = buf[pos..].windows(2).position(|w| w == b"\r\n") {
-                break pos + i;
+    }
+    fn bad(e: chunked::ChunkError) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("malformed chunked response: {}", e.describe()),
+        )
+    }
+    /// The end of the next CRLF-terminated line from `pos`, at most `cap`
+    /// bytes long (an endless line is refused, not buffered).
+    fn line(c: &Stream, buf: &mut Vec<u8>, pos: usize, cap: usize) -> io::Result<usize> {
+        let mut searched = pos;
+        loop {
+            if let Some(i) = buf[searched..].windows(2).position(|w| w == b"\r\n") {
+                let end = searched + i;
+                if end - pos > cap {
+                    return Err(bad(chunked::ChunkError::LineTooLong));
+                }
+                return Ok(end);
             }
-            fill(&mut buf)?;
-        };
-        let size_text = std::str::from_utf8(&buf[pos..line_end]).map_err(|_| bad())?;
-        let size = u64::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
-            .map_err(|_| bad())?;
+            if buf.len() - pos > cap + 1 {
+                return Err(bad(chunked::ChunkError::LineTooLong));
+            }
+            searched = buf.len().saturating_sub(1).max(pos);
+            fill(c, buf)?;
+        }
+    }
+    let mut buf = have;
+    let mut pos = 0;
+    let mut out = Vec::new();
+    loop {
+        let line_end = line(conn, &mut buf, pos, chunked::MAX_SIZE_LINE)?;
+        let size = chunked::parse_size_line(&buf[pos..line_end]).map_err(bad)?;
         pos = line_end + 2;
         if size == 0 {
-            // Trailers until an empty line.
+            let mut seen = 0;
             loop {
-                let end = loop {
-                    if let Some(i) = buf[pos..].windows(2).position(|w| w == b"\r\n") {
-                        break pos + i;
-                    }
-                    fill(&mut buf)?;
-                };
+                let end = line(conn, &mut buf, pos, chunked::MAX_TRAILERS)?;
                 let empty = end == pos;
+                if !empty {
+                    chunked::check_trailer(&buf[pos..end]).map_err(bad)?;
+                    seen += end - pos + 2;
+                    if seen > chunked::MAX_TRAILERS {
+                        return Err(bad(chunked::ChunkError::TrailersTooLong));
+                    }
+                }
                 pos = end + 2;
                 if empty {
-                    return Ok(out);
+                    return Ok((out, buf.len() > pos));
                 }
             }
         }
-        if out.len() as u64 + size > max {
+        if size > max.saturating_sub(out.len() as u64) {
             return Err(too_large());
         }
-        while buf.len() < pos + size as usize + 2 {
-            fill(&mut buf)?;
+        let size = size as usize; // at most `max`, which fits in memory
+        while buf.len() - pos < size + 2 {
+            fill(conn, &mut buf)?;
         }
-        out.extend_from_slice(&buf[pos..pos + size as usize]);
-        if &buf[pos + size as usize..pos + size as usize + 2] != b"\r\n" {
-            return Err(bad());
+        out.extend_from_slice(&buf[pos..pos + size]);
+        if &buf[pos + size..pos + size + 2] != b"\r\n" {
+            return Err(bad(chunked::ChunkError::MissingCrlf));
         }
-        pos += size as usize + 2;
+        pos += size + 2;
     }
 }

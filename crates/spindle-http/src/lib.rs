@@ -33,6 +33,7 @@ mod body;
 mod client;
 mod config;
 mod date;
+mod h1;
 mod server;
 mod stream;
 pub mod tls;

@@ -141,3 +141,117 @@ fn connection_refused_is_an_error_not_a_hang() {
         .unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused);
 }
+
+/// A one-shot raw HTTP server: answers every connection with `reply`, and
+/// counts connections.
+fn lying_server(reply: &'static [u8]) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let conns = Arc::new(AtomicUsize::new(0));
+    let c = conns.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { return };
+            c.fetch_add(1, Ordering::SeqCst);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                // One reply per request head received.
+                while let Ok(n) = s.read(&mut buf) {
+                    if n == 0 || s.write_all(reply).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, conns)
+}
+
+#[test]
+fn a_server_that_lies_about_lengths_gets_an_error_not_a_panic() {
+    use std::io::ErrorKind::{FileTooLarge, InvalidData};
+    let cases: [(&str, &'static [u8], std::io::ErrorKind); 5] = [
+        (
+            "a chunk size of 2^64-1 after a first chunk (past the size cap)",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\nffffffffffffffff\r\n",
+            FileTooLarge,
+        ),
+        (
+            "a signed length",
+            b"HTTP/1.1 200 OK\r\nContent-Length: +5\r\n\r\nhello",
+            InvalidData,
+        ),
+        (
+            "a length with a suffix",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5x\r\n\r\nhello",
+            InvalidData,
+        ),
+        (
+            "two different lengths",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 2\r\n\r\nhello",
+            InvalidData,
+        ),
+        (
+            "a chunk size line with a bare LF",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;x\ny\r\nhello\r\n0\r\n\r\n",
+            InvalidData,
+        ),
+    ];
+    for (what, reply, kind) in cases {
+        let (addr, _) = lying_server(reply);
+        let r = Client::new().get(&format!("http://{addr}/"));
+        let e = r.expect_err(what);
+        assert_eq!(e.kind(), kind, "{what}: {e}");
+    }
+}
+
+#[test]
+fn an_endless_chunk_size_line_is_refused_without_buffering_it() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let sent = Arc::new(AtomicUsize::new(0));
+    let s2 = sent.clone();
+    std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 4096];
+        let _ = s.read(&mut buf);
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1");
+        let junk = [b'0'; 4096];
+        // Up to 18 MiB of size line; stops when the client hangs up.
+        for _ in 0..(18 << 8) {
+            if s.write_all(&junk).is_err() {
+                return;
+            }
+            s2.fetch_add(junk.len(), Ordering::SeqCst);
+        }
+    });
+    let e = Client::new()
+        .get(&format!("http://{addr}/"))
+        .expect_err("an endless line is an error");
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{e}");
+    assert!(
+        sent.load(Ordering::SeqCst) < 4 << 20,
+        "refused after a bounded read, not after the whole line"
+    );
+}
+
+#[test]
+fn connection_close_in_a_list_is_not_reused_and_gzip_chunked_is_dechunked() {
+    let (addr, conns) = lying_server(
+        b"HTTP/1.1 200 OK\r\nConnection: x, close\r\nTransfer-Encoding: gzip, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+    );
+    let client = Client::new();
+    for _ in 0..2 {
+        let resp = client.get(&format!("http://{addr}/")).unwrap();
+        assert_eq!(
+            resp.into_body().into_vec().unwrap(),
+            b"abc",
+            "the chunk framing is removed"
+        );
+    }
+    assert_eq!(
+        conns.load(Ordering::SeqCst),
+        2,
+        "a closing connection is not pooled"
+    );
+}

@@ -22,6 +22,11 @@ fn handler(req: Request<Body>) -> Response<Body> {
             .collect();
         return Response::new(Body::from_reader(std::io::Cursor::new(data)));
     }
+    if path == "/nocontent" {
+        let mut r = Response::new(Body::empty());
+        *r.status_mut() = spindle_http::StatusCode::NO_CONTENT;
+        return r;
+    }
     if path == "/sleep" {
         spindle::time::sleep(Duration::from_millis(50));
     }
@@ -345,4 +350,99 @@ fn drain_closes_idle_connections_finishes_in_flight_and_cancels_the_rest() {
         s.read(&mut b)
     });
     assert!(matches!(refused, Err(_) | Ok(0)), "{refused:?}");
+}
+
+#[test]
+fn public_smuggling_payloads_get_one_answer_and_the_smuggled_request_none() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let addr = start(&rt, ServerConfig::default());
+    let smuggled = "GET /smuggled HTTP/1.1\r\nHost: a\r\n\r\n";
+    let chunked = |body: &str| {
+        format!("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n{body}{smuggled}")
+    };
+    let corpus: Vec<(&str, String)> = vec![
+        ("chunk size with a plus sign", chunked("+5\r\nhello\r\n0\r\n\r\n")),
+        ("chunk size after a space", chunked(" 5\r\nhello\r\n0\r\n\r\n")),
+        ("chunk size in 0x form", chunked("0x5\r\nhello\r\n0\r\n\r\n")),
+        ("bare LF in a chunk extension", chunked("5;a\nb\r\nhello\r\n0\r\n\r\n")),
+        ("bare CR in a chunk extension", chunked("5;a\rb\r\nhello\r\n0\r\n\r\n")),
+        ("17-digit chunk size", chunked("00000000000000005\r\nhello\r\n0\r\n\r\n")),
+        ("trailer without a colon", chunked("0\r\nnot a field\r\n\r\n")),
+        ("trailer with an empty name", chunked("0\r\n: x\r\n\r\n")),
+        (
+            "HTTP/1.0 with chunked and keep-alive",
+            format!(
+                "POST / HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n{smuggled}"
+            ),
+        ),
+        (
+            "codings that do not end in chunked",
+            format!(
+                "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip\r\n\r\n0\r\n\r\n{smuggled}"
+            ),
+        ),
+        (
+            "a length list that disagrees",
+            format!("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1, 2\r\n\r\nab{smuggled}"),
+        ),
+    ];
+    for (what, request) in corpus {
+        let r = raw(addr, request.as_bytes());
+        assert_eq!(
+            r.matches("HTTP/1.1 ").count(),
+            1,
+            "{what}: one answer only: {r:?}"
+        );
+        assert_eq!(status_of(&r), 400, "{what}: {r:?}");
+        assert!(
+            !r.contains("/smuggled"),
+            "{what}: the smuggled request was served: {r:?}"
+        );
+    }
+    // Valid extensions and trailers still work.
+    let r = raw(
+        addr,
+        b"POST /ok HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5;name=v\r\nhello\r\n0\r\nx-sum: 1\r\n\r\n",
+    );
+    assert_eq!(status_of(&r), 200, "{r:?}");
+    assert!(r.ends_with("POST /ok 5"), "{r:?}");
+}
+
+#[test]
+fn connection_close_in_a_list_closes_and_a_204_has_no_framing() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let addr = start(&rt, ServerConfig::default());
+    // `raw` reads to the end: it returns only because the server closes.
+    let r = raw(
+        addr,
+        b"GET /ok HTTP/1.1\r\nHost: a\r\nConnection: foo, close\r\n\r\n",
+    );
+    assert_eq!(status_of(&r), 200);
+    assert!(r.contains("connection: close"), "{r:?}");
+    let r = raw(
+        addr,
+        b"GET /nocontent HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(status_of(&r), 204, "{r:?}");
+    let head = r.to_ascii_lowercase();
+    assert!(
+        !head.contains("content-length") && !head.contains("transfer-encoding"),
+        "a 204 carries no framing headers: {r:?}"
+    );
+    // Node's fetch waited for a body after a 204 with content-length; curl
+    // must finish at once and see no body.
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "5",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+        ])
+        .arg(format!("http://{addr}/nocontent"))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "204");
 }
