@@ -184,12 +184,27 @@ impl Client {
         Ok(Stream::Tls(Box::new(TlsStream::handshake(tcp, session)?)))
     }
 
+    /// An idle pooled connection that is still clean: one that received
+    /// bytes while idle (unsolicited, or the peer's close) is dropped, as
+    /// Go and hyper do, instead of handing those bytes back as the next
+    /// response. (A TLS connection is not checked: records such as session
+    /// tickets may arrive unasked.)
     fn take_idle(&self, origin: &Origin) -> Option<Stream> {
-        self.pool
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_mut(origin)
-            .and_then(Vec::pop)
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let idle = pool.get_mut(origin)?;
+        while let Some(conn) = idle.pop() {
+            let clean = match &conn {
+                Stream::Plain(tcp) => matches!(
+                    tcp.try_peek(&mut [0u8; 1]),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock
+                ),
+                Stream::Tls(_) => true,
+            };
+            if clean {
+                return Some(conn);
+            }
+        }
+        None
     }
 
     fn put_back(&self, origin: Origin, conn: Stream, reusable: bool) {

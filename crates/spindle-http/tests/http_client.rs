@@ -255,3 +255,45 @@ fn connection_close_in_a_list_is_not_reused_and_gzip_chunked_is_dechunked() {
         "a closing connection is not pooled"
     );
 }
+
+#[test]
+fn a_pooled_connection_that_receives_bytes_while_idle_is_dropped() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let conns = Arc::new(AtomicUsize::new(0));
+    let c = conns.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { return };
+            c.fetch_add(1, Ordering::SeqCst);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                if s.read(&mut buf).unwrap_or(0) == 0 {
+                    return;
+                }
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+                // Then, unasked, a second response on the idle connection.
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nEVIL!");
+                while s.read(&mut buf).unwrap_or(0) > 0 {
+                    let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+                }
+            });
+        }
+    });
+    let client = Client::new();
+    let url = format!("http://{addr}/");
+    let first = client.get(&url).unwrap().into_body().into_vec().unwrap();
+    assert_eq!(first, b"ok");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let second = client.get(&url).unwrap().into_body().into_vec().unwrap();
+    assert_eq!(
+        second, b"ok",
+        "the unsolicited bytes came back as a response"
+    );
+    assert_eq!(
+        conns.load(Ordering::SeqCst),
+        2,
+        "the dirty connection was dropped"
+    );
+}

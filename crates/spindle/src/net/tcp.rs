@@ -307,6 +307,27 @@ impl TcpStream {
         self.sock.reading(|sock| sock.peek(buf))
     }
 
+    /// Peeks without waiting: `WouldBlock` if nothing has arrived, `Ok(0)`
+    /// if the peer closed its side. For connection pools that must know
+    /// whether an idle connection is still clean before they reuse it.
+    ///
+    /// ```
+    /// use std::io::{ErrorKind, Write};
+    /// spindle::run(|| {
+    ///     let l = spindle::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    ///     let c = spindle::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    ///     let (mut s, _) = l.accept().unwrap();
+    ///     let mut probe = [0u8; 1];
+    ///     assert_eq!(c.try_peek(&mut probe).unwrap_err().kind(), ErrorKind::WouldBlock);
+    ///     s.write_all(b"x").unwrap();
+    ///     c.wait_readable().unwrap();
+    ///     assert_eq!(c.try_peek(&mut probe).unwrap(), 1);
+    /// });
+    /// ```
+    pub fn try_peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.sock.get().peek(buf)
+    }
+
     /// A second handle to the same connection (a new fd), with the same
     /// timeouts.
     pub fn try_clone(&self) -> io::Result<TcpStream> {
