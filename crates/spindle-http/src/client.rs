@@ -17,7 +17,7 @@ use crate::h1::framing::{BodyFraming, FramingHeaders};
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
@@ -43,7 +43,10 @@ pub struct Client {
     pool: Arc<Mutex<HashMap<Origin, Vec<Stream>>>>,
     tls: Option<Arc<rustls::ClientConfig>>,
     connect_timeout: Duration,
-    request_timeout: Duration,
+    /// Longest wait for any one read or write.
+    io_timeout: Duration,
+    /// Deadline of a whole exchange, if any.
+    request_timeout: Option<Duration>,
     max_idle_per_origin: usize,
     max_response_bytes: u64,
 }
@@ -55,14 +58,16 @@ impl Default for Client {
 }
 
 impl Client {
-    /// A client with a 10 s connect timeout, a 30 s per-read/write request
-    /// timeout, 8 idle connections kept per origin, responses up to 64 MiB.
+    /// A client with a 10 s connect timeout, a 30 s timeout for each read
+    /// and write, no deadline for a whole request, 8 idle connections kept
+    /// per origin, responses up to 64 MiB.
     pub fn new() -> Client {
         Client {
             pool: Arc::new(Mutex::new(HashMap::new())),
             tls: None,
             connect_timeout: Duration::from_secs(10),
-            request_timeout: Duration::from_secs(30),
+            io_timeout: Duration::from_secs(30),
+            request_timeout: None,
             max_idle_per_origin: 8,
             max_response_bytes: 64 << 20,
         }
@@ -90,9 +95,30 @@ impl Client {
         self
     }
 
-    /// Deadline for each read and write of a request.
+    /// Deadline for a whole exchange: writing the request and reading the
+    /// entire response (default: none, only [`io_timeout`](Self::io_timeout)
+    /// per read). A server that drips its response a
+    /// byte at a time cannot stretch it: every read waits only for what is
+    /// left of the deadline.
+    ///
+    /// ```
+    /// let client = spindle_http::Client::new().request_timeout(std::time::Duration::from_secs(5));
+    /// # drop(client);
+    /// ```
     pub fn request_timeout(mut self, t: Duration) -> Client {
-        self.request_timeout = t;
+        self.request_timeout = Some(t);
+        self
+    }
+
+    /// Longest wait for any one read or write of a request (default 30 s):
+    /// a server that goes silent this long fails the request.
+    ///
+    /// ```
+    /// let client = spindle_http::Client::new().io_timeout(std::time::Duration::from_secs(5));
+    /// # drop(client);
+    /// ```
+    pub fn io_timeout(mut self, t: Duration) -> Client {
+        self.io_timeout = t;
         self
     }
 
@@ -227,8 +253,14 @@ impl Client {
         body: &[u8],
         method: &Method,
     ) -> io::Result<(Response<Body>, bool)> {
-        conn.set_read_timeout(Some(self.request_timeout))?;
-        conn.set_write_timeout(Some(self.request_timeout))?;
+        let deadline = Deadline {
+            at: self.request_timeout.map(|t| Instant::now() + t),
+            per_read: self.io_timeout,
+        };
+        conn.set_write_timeout(Some(
+            self.request_timeout
+                .map_or(self.io_timeout, |t| t.min(self.io_timeout)),
+        ))?;
         let mut c = conn;
         let sent = c.write_all(head).and_then(|_| c.write_all(body));
         if let Err(e) = sent {
@@ -242,7 +274,7 @@ impl Client {
         let mut buf: Vec<u8> = Vec::with_capacity(4096);
         let mut tmp = [0u8; 8192];
         loop {
-            let n = match c.read(&mut tmp) {
+            let n = match read_before(conn, &mut tmp, deadline) {
                 Ok(0) if buf.is_empty() => {
                     return Err(io::Error::new(
                         io::ErrorKind::ConnectionAborted,
@@ -317,16 +349,18 @@ impl Client {
             let (body, reusable) = match framing {
                 BodyFraming::Empty => (Vec::new(), keep_alive && rest.is_empty()),
                 BodyFraming::Chunked => {
-                    let (body, left) = read_chunked(conn, rest, self.max_response_bytes)?;
+                    let (body, left) = read_chunked(conn, rest, self.max_response_bytes, deadline)?;
                     (body, keep_alive && !left)
                 }
                 BodyFraming::Length(n) => {
-                    let (body, extra) = read_exact_len(conn, rest, n, self.max_response_bytes)?;
+                    let (body, extra) =
+                        read_exact_len(conn, rest, n, self.max_response_bytes, deadline)?;
                     (body, keep_alive && !extra)
                 }
-                BodyFraming::ToClose => {
-                    (read_to_close(conn, rest, self.max_response_bytes)?, false)
-                }
+                BodyFraming::ToClose => (
+                    read_to_close(conn, rest, self.max_response_bytes, deadline)?,
+                    false,
+                ),
             };
             let resp = builder
                 .body(Body::from(body))
@@ -399,6 +433,32 @@ fn encode_head(
     Ok(out)
 }
 
+/// How long a read may wait: `per_read`, and never past `at` (the
+/// exchange's total deadline, so that a dripping peer cannot stretch it
+/// read by read).
+#[derive(Clone, Copy)]
+struct Deadline {
+    at: Option<Instant>,
+    per_read: Duration,
+}
+
+/// One read that waits as `deadline` allows.
+fn read_before(conn: &Stream, buf: &mut [u8], deadline: Deadline) -> io::Result<usize> {
+    let left = deadline.at.map_or(deadline.per_read, |at| {
+        at.saturating_duration_since(Instant::now())
+            .min(deadline.per_read)
+    });
+    if left.is_zero() {
+        return Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the request's deadline passed (Client::request_timeout)",
+        ));
+    }
+    conn.set_read_timeout(Some(left))?;
+    let mut c = conn;
+    c.read(buf)
+}
+
 fn too_large() -> io::Error {
     io::Error::new(
         io::ErrorKind::FileTooLarge,
@@ -411,14 +471,14 @@ fn read_exact_len(
     mut have: Vec<u8>,
     n: u64,
     max: u64,
+    deadline: Deadline,
 ) -> io::Result<(Vec<u8>, bool)> {
     if n > max {
         return Err(too_large());
     }
-    let mut c = conn;
     while (have.len() as u64) < n {
         let mut tmp = [0u8; 16384];
-        let k = c.read(&mut tmp)?;
+        let k = read_before(conn, &mut tmp, deadline)?;
         if k == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -434,11 +494,15 @@ fn read_exact_len(
     Ok((have, extra))
 }
 
-fn read_to_close(conn: &Stream, mut have: Vec<u8>, max: u64) -> io::Result<Vec<u8>> {
-    let mut c = conn;
+fn read_to_close(
+    conn: &Stream,
+    mut have: Vec<u8>,
+    max: u64,
+    deadline: Deadline,
+) -> io::Result<Vec<u8>> {
     let mut tmp = [0u8; 16384];
     loop {
-        let k = c.read(&mut tmp)?;
+        let k = read_before(conn, &mut tmp, deadline)?;
         if k == 0 {
             return Ok(have);
         }
@@ -452,10 +516,15 @@ fn read_to_close(conn: &Stream, mut have: Vec<u8>, max: u64) -> io::Result<Vec<u
 /// Reads a chunked body whose first bytes are `have`. Returns the body and
 /// whether bytes past its end were already received (the connection then
 /// cannot be reused: nothing may follow a response unasked).
-fn read_chunked(conn: &Stream, have: Vec<u8>, max: u64) -> io::Result<(Vec<u8>, bool)> {
-    fn fill(mut c: &Stream, buf: &mut Vec<u8>) -> io::Result<()> {
+fn read_chunked(
+    conn: &Stream,
+    have: Vec<u8>,
+    max: u64,
+    deadline: Deadline,
+) -> io::Result<(Vec<u8>, bool)> {
+    fn fill(c: &Stream, buf: &mut Vec<u8>, deadline: Deadline) -> io::Result<()> {
         let mut tmp = [0u8; 16384];
-        let k = c.read(&mut tmp)?;
+        let k = read_before(c, &mut tmp, deadline)?;
         if k == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -473,7 +542,13 @@ fn read_chunked(conn: &Stream, have: Vec<u8>, max: u64) -> io::Result<(Vec<u8>, 
     }
     /// The end of the next CRLF-terminated line from `pos`, at most `cap`
     /// bytes long (an endless line is refused, not buffered).
-    fn line(c: &Stream, buf: &mut Vec<u8>, pos: usize, cap: usize) -> io::Result<usize> {
+    fn line(
+        c: &Stream,
+        buf: &mut Vec<u8>,
+        pos: usize,
+        cap: usize,
+        deadline: Deadline,
+    ) -> io::Result<usize> {
         let mut searched = pos;
         loop {
             if let Some(i) = buf[searched..].windows(2).position(|w| w == b"\r\n") {
@@ -487,20 +562,20 @@ fn read_chunked(conn: &Stream, have: Vec<u8>, max: u64) -> io::Result<(Vec<u8>, 
                 return Err(bad(chunked::ChunkError::LineTooLong));
             }
             searched = buf.len().saturating_sub(1).max(pos);
-            fill(c, buf)?;
+            fill(c, buf, deadline)?;
         }
     }
     let mut buf = have;
     let mut pos = 0;
     let mut out = Vec::new();
     loop {
-        let line_end = line(conn, &mut buf, pos, chunked::MAX_SIZE_LINE)?;
+        let line_end = line(conn, &mut buf, pos, chunked::MAX_SIZE_LINE, deadline)?;
         let size = chunked::parse_size_line(&buf[pos..line_end]).map_err(bad)?;
         pos = line_end + 2;
         if size == 0 {
             let mut seen = 0;
             loop {
-                let end = line(conn, &mut buf, pos, chunked::MAX_TRAILERS)?;
+                let end = line(conn, &mut buf, pos, chunked::MAX_TRAILERS, deadline)?;
                 let empty = end == pos;
                 if !empty {
                     chunked::check_trailer(&buf[pos..end]).map_err(bad)?;
@@ -520,7 +595,7 @@ fn read_chunked(conn: &Stream, have: Vec<u8>, max: u64) -> io::Result<(Vec<u8>, 
         }
         let size = size as usize; // at most `max`, which fits in memory
         while buf.len() - pos < size + 2 {
-            fill(conn, &mut buf)?;
+            fill(conn, &mut buf, deadline)?;
         }
         out.extend_from_slice(&buf[pos..pos + size]);
         if &buf[pos + size..pos + size + 2] != b"\r\n" {

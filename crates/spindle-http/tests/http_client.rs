@@ -297,3 +297,31 @@ fn a_pooled_connection_that_receives_bytes_while_idle_is_dropped() {
         "the dirty connection was dropped"
     );
 }
+
+#[test]
+fn a_dripping_server_cannot_stretch_the_request_deadline() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 4096];
+        let _ = s.read(&mut buf);
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n");
+        // One byte every 100 ms: each read is quick, the whole is not.
+        for _ in 0..1000 {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            if s.write_all(b"x").is_err() {
+                return;
+            }
+        }
+    });
+    let started = std::time::Instant::now();
+    let e = Client::new()
+        .request_timeout(std::time::Duration::from_secs(1))
+        .get(&format!("http://{addr}/"))
+        .expect_err("the deadline passes");
+    assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{e}");
+    // A bound for the hang this catches (the drip would take 100 s), not
+    // a measurement.
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+}

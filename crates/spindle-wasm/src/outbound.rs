@@ -121,7 +121,7 @@ impl WasiHttpHooks for OutboundHooks {
             client = client.connect_timeout(t);
         }
         if let Some(t) = options.as_ref().and_then(|o| o.first_byte_timeout) {
-            client = client.request_timeout(t);
+            client = client.io_timeout(t);
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
         // A fiber of its own: it parks on the netpoller; we are inside a
