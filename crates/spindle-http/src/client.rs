@@ -162,8 +162,23 @@ impl Client {
                     self.put_back(origin, conn, reusable);
                     return Ok(resp);
                 }
-                // Closed by the server while pooled: nothing came back.
+                // The request never got through whole: nothing was done
+                // with it, any method may go again on a fresh connection.
                 Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => {}
+                // It was sent and the server closed without a word: it may
+                // have acted on it, so only an idempotent request is sent
+                // again (as Go and hyper do).
+                Err(e) if is_no_response(&e) && parts.method.is_idempotent() => {}
+                Err(e) if is_no_response(&e) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!(
+                            "server closed a reused connection without a response; \
+                             a {} is not retried (it may have been processed)",
+                            parts.method
+                        ),
+                    ))
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -171,7 +186,7 @@ impl Client {
         let (resp, reusable) = self
             .exchange(&conn, &head, &body, &parts.method)
             .map_err(|e| {
-                if e.kind() == io::ErrorKind::ConnectionAborted {
+                if e.kind() == io::ErrorKind::ConnectionAborted || is_no_response(&e) {
                     io::Error::new(
                         io::ErrorKind::UnexpectedEof,
                         "server closed the connection without a response",
@@ -244,8 +259,9 @@ impl Client {
         }
     }
 
-    /// Writes the request, reads the whole response. `ConnectionAborted`
-    /// means no response byte arrived (a stale pooled connection).
+    /// Writes the request, reads the whole response. `ConnectionAborted`:
+    /// the request could not be written whole; a [`NoResponse`] error: it
+    /// was, and no response byte came back (a stale pooled connection).
     fn exchange(
         &self,
         conn: &Stream,
@@ -276,13 +292,10 @@ impl Client {
         loop {
             let n = match read_before(conn, &mut tmp, deadline) {
                 Ok(0) if buf.is_empty() => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::ConnectionAborted,
-                        "no response",
-                    ))
+                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, NoResponse))
                 }
                 Err(e) if buf.is_empty() && e.kind() == io::ErrorKind::ConnectionReset => {
-                    return Err(io::Error::new(io::ErrorKind::ConnectionAborted, e))
+                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, NoResponse))
                 }
                 Ok(0) => {
                     return Err(io::Error::new(
@@ -431,6 +444,23 @@ fn encode_head(
     }
     out.extend_from_slice(b"\r\n");
     Ok(out)
+}
+
+/// The server closed (or reset) the connection before any byte of a
+/// response: the request may or may not have been processed.
+#[derive(Debug)]
+struct NoResponse;
+
+impl std::fmt::Display for NoResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("no response")
+    }
+}
+
+impl std::error::Error for NoResponse {}
+
+fn is_no_response(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<NoResponse>())
 }
 
 /// How long a read may wait: `per_read`, and never past `at` (the

@@ -325,3 +325,62 @@ fn a_dripping_server_cannot_stretch_the_request_deadline() {
     // a measurement.
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
 }
+
+#[test]
+fn only_an_idempotent_request_is_sent_again_after_a_silent_close() {
+    // Each connection answers its first request, then reads the next one
+    // and closes without a word (a server restarting, say).
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let conns = Arc::new(AtomicUsize::new(0));
+    let posts = Arc::new(AtomicUsize::new(0));
+    let (c, p) = (conns.clone(), posts.clone());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { return };
+            c.fetch_add(1, Ordering::SeqCst);
+            let p = p.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                for answered in [true, false] {
+                    let n = s.read(&mut buf).unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    if buf[..n].starts_with(b"POST") {
+                        p.fetch_add(1, Ordering::SeqCst);
+                    }
+                    if answered {
+                        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+                    }
+                }
+                // Dropped: closed without answering the second request.
+            });
+        }
+    });
+    let client = Client::new();
+    let url = format!("http://{addr}/");
+    assert_eq!(
+        client.get(&url).unwrap().into_body().into_vec().unwrap(),
+        b"ok"
+    );
+    let e = client
+        .post(&url, "once")
+        .expect_err("a POST is not sent twice");
+    assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof, "{e}");
+    assert_eq!(
+        posts.load(Ordering::SeqCst),
+        1,
+        "the server saw the POST once"
+    );
+    assert_eq!(
+        client.get(&url).unwrap().into_body().into_vec().unwrap(),
+        b"ok"
+    );
+    // The same silent close under a GET: retried on a fresh connection.
+    assert_eq!(
+        client.get(&url).unwrap().into_body().into_vec().unwrap(),
+        b"ok"
+    );
+    assert_eq!(conns.load(Ordering::SeqCst), 3);
+}
