@@ -60,6 +60,19 @@ fn serve(args: &[&str]) -> (std::process::Child, String) {
     (child, url)
 }
 
+/// Everything the child wrote to stderr (read to its end: the child must
+/// have exited or been killed).
+fn stderr_of(child: &mut std::process::Child) -> String {
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    err
+}
+
 /// `"CODE BODY"` of a GET with curl, bounded by `--max-time 15`.
 fn curl(url: &str) -> String {
     let out = Command::new("curl")
@@ -94,13 +107,7 @@ fn serve_without_an_app_answers_hello_and_drains_on_ctrl_c() {
         waited += 1;
     };
     assert!(status.success(), "{status:?}");
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let err = stderr_of(&mut child);
     assert!(err.contains("draining"), "{err}");
 }
 
@@ -123,13 +130,7 @@ fn a_guests_sleep_and_the_request_deadline_fire_on_an_idle_worker() {
     let long = curl(&format!("{url}?ms=5000"));
     let long_took = started.elapsed();
     let _ = child.kill();
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let err = stderr_of(&mut child);
     let _ = child.wait();
     assert_eq!(short, "200 slept 200 ms", "{err}");
     // A guest that sleeps past `--timeout` is cut off by the deadline (not

@@ -142,29 +142,37 @@ fn connection_refused_is_an_error_not_a_hang() {
     assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused);
 }
 
-/// A one-shot raw HTTP server: answers every connection with `reply`, and
-/// counts connections.
-fn lying_server(reply: &'static [u8]) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+/// A hand-written peer: `per_conn` runs on a thread of its own for every
+/// connection accepted; returns the address and a count of connections.
+fn raw_server(
+    per_conn: impl Fn(std::net::TcpStream) + Send + Sync + 'static,
+) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let conns = Arc::new(AtomicUsize::new(0));
     let c = conns.clone();
+    let per_conn = Arc::new(per_conn);
     std::thread::spawn(move || {
         for stream in listener.incoming() {
-            let Ok(mut s) = stream else { return };
+            let Ok(s) = stream else { return };
             c.fetch_add(1, Ordering::SeqCst);
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                // One reply per request head received.
-                while let Ok(n) = s.read(&mut buf) {
-                    if n == 0 || s.write_all(reply).is_err() {
-                        return;
-                    }
-                }
-            });
+            let f = per_conn.clone();
+            std::thread::spawn(move || f(s));
         }
     });
     (addr, conns)
+}
+
+/// A raw server that answers every request head it receives with `reply`.
+fn lying_server(reply: &'static [u8]) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+    raw_server(move |mut s| {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = s.read(&mut buf) {
+            if n == 0 || s.write_all(reply).is_err() {
+                return;
+            }
+        }
+    })
 }
 
 #[test]
@@ -207,12 +215,9 @@ fn a_server_that_lies_about_lengths_gets_an_error_not_a_panic() {
 
 #[test]
 fn an_endless_chunk_size_line_is_refused_without_buffering_it() {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
     let sent = Arc::new(AtomicUsize::new(0));
     let s2 = sent.clone();
-    std::thread::spawn(move || {
-        let (mut s, _) = listener.accept().unwrap();
+    let (addr, _) = raw_server(move |mut s| {
         let mut buf = [0u8; 4096];
         let _ = s.read(&mut buf);
         let _ = s.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1");
@@ -258,27 +263,17 @@ fn connection_close_in_a_list_is_not_reused_and_gzip_chunked_is_dechunked() {
 
 #[test]
 fn a_pooled_connection_that_receives_bytes_while_idle_is_dropped() {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let conns = Arc::new(AtomicUsize::new(0));
-    let c = conns.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { return };
-            c.fetch_add(1, Ordering::SeqCst);
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                if s.read(&mut buf).unwrap_or(0) == 0 {
-                    return;
-                }
-                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
-                // Then, unasked, a second response on the idle connection.
-                std::thread::sleep(std::time::Duration::from_millis(50));
-                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nEVIL!");
-                while s.read(&mut buf).unwrap_or(0) > 0 {
-                    let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
-                }
-            });
+    let (addr, conns) = raw_server(|mut s| {
+        let mut buf = [0u8; 4096];
+        if s.read(&mut buf).unwrap_or(0) == 0 {
+            return;
+        }
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+        // Then, unasked, a second response on the idle connection.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nEVIL!");
+        while s.read(&mut buf).unwrap_or(0) > 0 {
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
         }
     });
     let client = Client::new();
@@ -300,10 +295,7 @@ fn a_pooled_connection_that_receives_bytes_while_idle_is_dropped() {
 
 #[test]
 fn a_dripping_server_cannot_stretch_the_request_deadline() {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let (mut s, _) = listener.accept().unwrap();
+    let (addr, _) = raw_server(|mut s| {
         let mut buf = [0u8; 4096];
         let _ = s.read(&mut buf);
         let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n");
@@ -330,33 +322,23 @@ fn a_dripping_server_cannot_stretch_the_request_deadline() {
 fn only_an_idempotent_request_is_sent_again_after_a_silent_close() {
     // Each connection answers its first request, then reads the next one
     // and closes without a word (a server restarting, say).
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let conns = Arc::new(AtomicUsize::new(0));
     let posts = Arc::new(AtomicUsize::new(0));
-    let (c, p) = (conns.clone(), posts.clone());
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { return };
-            c.fetch_add(1, Ordering::SeqCst);
-            let p = p.clone();
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                for answered in [true, false] {
-                    let n = s.read(&mut buf).unwrap_or(0);
-                    if n == 0 {
-                        return;
-                    }
-                    if buf[..n].starts_with(b"POST") {
-                        p.fetch_add(1, Ordering::SeqCst);
-                    }
-                    if answered {
-                        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
-                    }
-                }
-                // Dropped: closed without answering the second request.
-            });
+    let p = posts.clone();
+    let (addr, conns) = raw_server(move |mut s| {
+        let mut buf = [0u8; 4096];
+        for answered in [true, false] {
+            let n = s.read(&mut buf).unwrap_or(0);
+            if n == 0 {
+                return;
+            }
+            if buf[..n].starts_with(b"POST") {
+                p.fetch_add(1, Ordering::SeqCst);
+            }
+            if answered {
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+            }
         }
+        // Dropped: closed without answering the second request.
     });
     let client = Client::new();
     let url = format!("http://{addr}/");
