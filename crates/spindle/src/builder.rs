@@ -3,7 +3,8 @@
 use std::io;
 
 use crate::fiber::JoinHandle;
-use crate::runtime::{spawn_here, spawn_on, spawn_pinned, Runtime};
+use crate::runtime::Runtime;
+use crate::sched::spawn::{spawn_here, spawn_on, spawn_pinned, SpawnOptions};
 
 /// Configures a fiber before spawning it, like `std::thread::Builder`.
 ///
@@ -19,8 +20,7 @@ use crate::runtime::{spawn_here, spawn_on, spawn_pinned, Runtime};
 /// ```
 #[derive(Debug, Default, Clone)]
 pub struct Builder {
-    name: Option<String>,
-    stack_size: Option<usize>,
+    options: SpawnOptions,
 }
 
 impl Builder {
@@ -32,14 +32,14 @@ impl Builder {
     /// Names the fiber; the name shows in [`Fiber::name`](crate::Fiber::name)
     /// and in stack-overflow reports.
     pub fn name(mut self, name: impl Into<String>) -> Builder {
-        self.name = Some(name.into());
+        self.options.name = Some(name.into());
         self
     }
 
     /// Usable stack size for this fiber (rounded up to whole pages, at least
     /// 16 KiB), instead of the runtime's.
     pub fn stack_size(mut self, bytes: usize) -> Builder {
-        self.stack_size = Some(bytes);
+        self.options.stack_size = Some(bytes);
         self
     }
 
@@ -57,7 +57,7 @@ impl Builder {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        spawn_here("spindle::Builder::spawn", self.name, self.stack_size, f)
+        spawn_here("spindle::Builder::spawn", self.options, f)
     }
 
     /// Spawns on `rt`, from any thread.
@@ -66,7 +66,7 @@ impl Builder {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        spawn_on(rt.scheduler(), self.name, self.stack_size, f)
+        spawn_on(rt.scheduler(), self.options, f)
     }
 
     /// Spawns a `!Send` closure pinned to the calling fiber's worker.
@@ -79,6 +79,6 @@ impl Builder {
         F: FnOnce() -> T + 'static,
         T: 'static,
     {
-        spawn_pinned(self.name, self.stack_size, f)
+        spawn_pinned(self.options, f)
     }
 }

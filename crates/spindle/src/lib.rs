@@ -169,10 +169,10 @@ pub mod time;
 
 pub use builder::Builder;
 pub use fiber::overflow::install_overflow_handler;
+pub use fiber::wait::{is_cancelled, Cancelled};
 pub use fiber::{Fiber, JoinError, JoinHandle};
 pub use future::{block_on, can_suspend};
 pub use runtime::{Runtime, RuntimeBuilder};
-pub use sched::park::{is_cancelled, Cancelled};
 pub use sched::scope::{scope, Scope, ScopedJoinHandle};
 pub use stats::{Stats, WorkerStats};
 
@@ -219,7 +219,11 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    runtime::spawn_or_panic(runtime::spawn_here("spindle::spawn", None, None, f))
+    sched::spawn::spawn_or_panic(sched::spawn::spawn_here(
+        "spindle::spawn",
+        Default::default(),
+        f,
+    ))
 }
 
 /// Spawns a fiber for a `!Send` closure, pinned to the current worker.
@@ -245,7 +249,7 @@ where
     F: FnOnce() -> T + 'static,
     T: 'static,
 {
-    runtime::spawn_or_panic(runtime::spawn_pinned(None, None, f))
+    sched::spawn::spawn_or_panic(sched::spawn::spawn_pinned(Default::default(), f))
 }
 
 /// Lets every fiber that became runnable meanwhile run first, then
@@ -256,11 +260,7 @@ where
 /// ```
 #[inline]
 pub fn yield_now() {
-    if sched::worker::can_park() {
-        fiber::suspend(fiber::Switch::Yield);
-    } else {
-        std::thread::yield_now();
-    }
+    sched::park::yield_now();
 }
 
 /// Waits until the current fiber's token is made available by

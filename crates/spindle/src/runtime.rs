@@ -28,7 +28,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::fiber::stack::{self, round_stack_size, size_class};
-use crate::fiber::{self, JoinHandle, NO_OWNER};
+use crate::fiber::{self, JoinHandle};
+use crate::sched::spawn::{spawn_on, spawn_or_panic};
 use crate::sched::{worker, Config, Scheduler};
 use crate::stats::{Stats, WorkerStats};
 
@@ -225,7 +226,7 @@ impl Runtime {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        spawn_or_panic(spawn_on(&self.sched, None, None, f))
+        spawn_or_panic(spawn_on(&self.sched, Default::default(), f))
     }
 
     /// Runs `f` as a fiber on this runtime and waits for its value.
@@ -442,106 +443,5 @@ pub(crate) fn stats_of(sched: &Scheduler) -> Stats {
                 stacks_pooled: w.stacks_pooled.load(Ordering::Relaxed),
             })
             .collect(),
-    }
-}
-
-/// Spawns `f` on `sched` with an optional name and stack size.
-pub(crate) fn spawn_on<F, T>(
-    sched: &Arc<Scheduler>,
-    name: Option<String>,
-    stack_size: Option<usize>,
-    f: F,
-) -> io::Result<JoinHandle<T>>
-where
-    F: FnOnce() -> T + Send + 'static,
-    T: Send + 'static,
-{
-    let (fiber, handle) = allocate(sched, name, stack_size, NO_OWNER, f)?;
-    sched.submit_new(fiber);
-    Ok(handle)
-}
-
-/// Spawns a fiber pinned to the calling worker (`spawn_local`).
-pub(crate) fn spawn_pinned<F, T>(
-    name: Option<String>,
-    stack_size: Option<usize>,
-    f: F,
-) -> io::Result<JoinHandle<T>>
-where
-    F: FnOnce() -> T + 'static,
-    T: 'static,
-{
-    let (sched, index) = worker::current_scheduler().unwrap_or_else(|| {
-        panic!(
-            "spindle::spawn_local called outside a spindle fiber; \
-             call it from a fiber (inside spindle::run or Runtime::run)"
-        )
-    });
-    let (fiber, handle) = allocate(&sched, name, stack_size, index, f)?;
-    sched.submit_new(fiber);
-    Ok(handle)
-}
-
-fn allocate<F, T>(
-    sched: &Arc<Scheduler>,
-    name: Option<String>,
-    stack_size: Option<usize>,
-    owner: usize,
-    f: F,
-) -> io::Result<(fiber::FiberRef, JoinHandle<T>)>
-where
-    F: FnOnce() -> T + 'static,
-    T: 'static,
-{
-    if sched.is_shutdown() {
-        return Err(io::Error::other("spindle: the runtime is shut down"));
-    }
-    let class = match stack_size {
-        Some(n) => size_class(round_stack_size(n)?),
-        None => sched.config.stack_class,
-    };
-    let claimed = match worker::reserve_here(sched, class) {
-        Some(claimed) => claimed,
-        None => {
-            let claimed = class.reserve().map(|r| (r, fiber::take_ids(1)));
-            if claimed.is_ok() {
-                sched.count_spawned_elsewhere();
-            }
-            claimed
-        }
-    };
-    let (reservation, id) = claimed.map_err(|e| {
-        let live = sched.live_fibers();
-        io::Error::new(e.kind(), format!("{e} ({live} fibers live)"))
-    })?;
-    let (fiber, handle) = fiber::new_fiber(id, f, name, sched.clone(), owner, reservation);
-    if sched.is_cancelling() {
-        // Spawned during shutdown: born cancelled, it will never run.
-        fiber.header.cancelled.store(true, Ordering::SeqCst);
-    }
-    Ok((fiber, handle))
-}
-
-pub(crate) fn spawn_or_panic<T>(spawned: io::Result<JoinHandle<T>>) -> JoinHandle<T> {
-    spawned.unwrap_or_else(|e| panic!("spindle: cannot create a fiber: {e}"))
-}
-
-/// Spawns on the calling fiber's runtime, or panics naming the fix.
-pub(crate) fn spawn_here<F, T>(
-    what: &str,
-    name: Option<String>,
-    stack_size: Option<usize>,
-    f: F,
-) -> io::Result<JoinHandle<T>>
-where
-    F: FnOnce() -> T + Send + 'static,
-    T: Send + 'static,
-{
-    match worker::with_current_scheduler(|sched| spawn_on(sched, name, stack_size, f)) {
-        Some(spawned) => spawned,
-        None => panic!(
-            "{what} called outside a spindle runtime; call it from a fiber \
-             (inside spindle::run or Runtime::run), or use Runtime::spawn"
-        ),
     }
 }

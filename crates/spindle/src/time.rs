@@ -40,7 +40,7 @@ pub fn sleep_until(deadline: Instant) {
     park::sleep_until(deadline)
 }
 
-pub use crate::sched::park::Elapsed;
+pub use crate::fiber::wait::Elapsed;
 
 /// Runs `f` with a deadline `duration` from now that applies to every wait
 /// inside it (nested timeouts take the earlier deadline). A wait past the

@@ -58,8 +58,10 @@
 
 mod context;
 pub(crate) mod overflow;
+pub(crate) mod schedule;
 pub(crate) mod stack;
 mod token;
+pub(crate) mod wait;
 
 use std::any::Any;
 use std::cell::{Cell, UnsafeCell};
@@ -72,7 +74,8 @@ use std::sync::Arc;
 pub(crate) use context::{time_switch_pairs, Context, Switch};
 use stack::{Reservation, SizeClass};
 
-use crate::sched::{park::Notify, Scheduler};
+pub(crate) use schedule::{Placement, Schedule, Stamp};
+use wait::{Notify, WaitKind};
 
 /// `Arc` to a type-erased fiber: what queues, waiters and handles hold.
 pub(crate) type FiberRef = Arc<FiberCore<dyn Task>>;
@@ -105,7 +108,9 @@ pub(crate) const NO_OWNER: usize = usize::MAX;
 pub(crate) struct FiberHeader {
     pub(crate) id: u64,
     pub(crate) name: Option<Box<str>>,
-    pub(crate) sched: Arc<Scheduler>,
+    /// The scheduler of the runtime that spawned it: the only way this
+    /// layer makes a fiber runnable (see `schedule`).
+    pub(crate) sched: Arc<dyn Schedule>,
     /// Worker that runs (or will run) this fiber; [`NO_OWNER`] before the
     /// first run unless pinned by `spawn_local`.
     pub(crate) owner: AtomicUsize,
@@ -127,7 +132,7 @@ pub(crate) struct FiberHeader {
     pub(crate) slot: Cell<usize>,
     /// This fiber's `corosensei::Yielder`, set at its first run.
     yielder: Cell<*const ()>,
-    /// The current wait: `seq << 8 | outcome` (see `sched::park`).
+    /// The current wait: `seq << 8 | outcome` (see `wait`).
     wait: token::WaitWord,
     /// `JoinHandle::cancel` was called (or the runtime is stopping).
     pub(crate) cancelled: AtomicBool,
@@ -136,7 +141,7 @@ pub(crate) struct FiberHeader {
     /// The `timeout` deadline that last cut a wait short (owner only).
     pub(crate) elapsed: Cell<Option<std::time::Instant>>,
     /// What the fiber waits on, for `spindle::dump` (owner only).
-    pub(crate) waiting_on: Cell<crate::sched::park::WaitKind>,
+    pub(crate) waiting_on: Cell<WaitKind>,
     /// Order in which its worker started it (owner only): a runtime stop
     /// unwinds the most recently started first, so a scope's children go
     /// before the parent that waits for them.
@@ -163,7 +168,7 @@ impl FiberHeader {
     pub(crate) fn new(
         id: u64,
         name: Option<Box<str>>,
-        sched: Arc<Scheduler>,
+        sched: Arc<dyn Schedule>,
         owner: usize,
         reservation: Reservation,
     ) -> FiberHeader {
@@ -187,7 +192,7 @@ impl FiberHeader {
             cancelled: AtomicBool::new(false),
             deadline: Cell::new(None),
             elapsed: Cell::new(None),
-            waiting_on: Cell::new(crate::sched::park::WaitKind::Running),
+            waiting_on: Cell::new(WaitKind::Running),
             start_seq: Cell::new(0),
             suspended_unwinding: Cell::new(false),
             blocking_thread: AtomicBool::new(false),
@@ -213,13 +218,8 @@ impl FiberHeader {
     }
 
     /// Takes the park token if present.
-    fn take_token(&self) -> bool {
+    pub(crate) fn take_token(&self) -> bool {
         self.park.take()
-    }
-
-    /// Takes the park token if present (for `park_timeout`).
-    pub(crate) fn take_token_pub(&self) -> bool {
-        self.take_token()
     }
 
     /// Called by the worker after the fiber switched out with
@@ -232,22 +232,6 @@ impl FiberHeader {
     /// Makes the token available; true if the caller must schedule the fiber.
     pub(crate) fn notify(&self) -> bool {
         self.park.notify()
-    }
-
-    /// Starts a new wait (owner only): returns its sequence number.
-    pub(crate) fn begin_wait(&self, waiting: u8) -> u64 {
-        self.wait.begin(waiting)
-    }
-
-    /// The current wait word.
-    pub(crate) fn wait_word(&self) -> u64 {
-        self.wait.load()
-    }
-
-    /// Ends wait `seq` with `outcome` if it is still pending (`waiting`);
-    /// exactly one waker wins.
-    pub(crate) fn complete_wait(&self, seq: u64, waiting: u8, outcome: u8) -> bool {
-        self.wait.complete(seq, waiting, outcome)
     }
 
     fn mark_started(&self) {
@@ -267,7 +251,7 @@ pub(crate) fn complete(fiber: &FiberCore<dyn Task>, stopped: bool) {
         // cell and will not touch it again; COMPLETE is now set, so no
         // other completer exists.
         if let Some(waiter) = unsafe { (*header.join_waiter.get()).take() } {
-            waiter.wake(crate::sched::park::Wake::Ready);
+            waiter.wake(wait::Wake::Ready);
         }
     }
     if prev & state::DETACHED != 0 {
@@ -362,7 +346,7 @@ where
                 drop_quietly(payload, "a stopped fiber's panic payload");
                 return;
             }
-            if payload.is::<crate::sched::park::Cancelled>() {
+            if payload.is::<wait::Cancelled>() {
                 // Left at a wait after `cancel`: no result, join says so.
                 header.state.fetch_or(state::CANCELLED, Ordering::AcqRel);
                 return;
@@ -406,7 +390,7 @@ pub(crate) fn new_fiber<F, T>(
     id: u64,
     f: F,
     name: Option<String>,
-    sched: Arc<Scheduler>,
+    sched: Arc<dyn Schedule>,
     owner: usize,
     reservation: Reservation,
 ) -> (FiberRef, JoinHandle<T>)
@@ -684,7 +668,7 @@ impl Fiber {
     /// Cancels the fiber, as [`JoinHandle::cancel`] does, through a handle
     /// that does not own its result (a server cancelling its connections).
     pub fn cancel(&self) {
-        crate::sched::park::cancel(&self.core);
+        wait::cancel(&self.core);
     }
 
     /// Makes the fiber's park token available, waking it if it is parked
@@ -693,10 +677,10 @@ impl Fiber {
     pub fn unpark(&self) {
         let header = &self.core.header;
         if header.notify() {
-            crate::sched::schedule(self.core.clone());
+            header.sched.schedule(self.core.clone(), Placement::Next);
         } else if header.blocking_thread.load(Ordering::SeqCst) {
             // It waits with its thread blocked in place: wake the thread.
-            crate::sched::unpark_owner_thread(&self.core);
+            header.sched.unpark_owner_thread(&self.core);
         }
     }
 }
@@ -784,7 +768,8 @@ impl std::error::Error for JoinError {}
 
 /// An owned permission to wait for a fiber and take its result.
 ///
-/// Dropping it detaches the fiber (it keeps running).
+/// Dropping it detaches the fiber (it keeps running). (`join` waits, so it
+/// is written with the other waits, in `sched/join.rs`.)
 ///
 /// ```
 /// spindle::run(|| {
@@ -804,51 +789,49 @@ unsafe impl<T: Send> Send for JoinHandle<T> {}
 unsafe impl<T: Send> Sync for JoinHandle<T> {}
 
 impl<T> JoinHandle<T> {
-    /// Waits for the fiber to finish and returns its value.
+    /// Whether the fiber has started running (a join of an unstarted fiber
+    /// yields first: it was queued before the joiner's next turn).
+    pub(crate) fn is_started(&self) -> bool {
+        self.fiber.core.header.is_started()
+    }
+
+    /// Publishes `notify` as this handle's joiner, which the completer
+    /// wakes. False if the fiber completed first (then nobody will wake
+    /// `notify`, and the result is there). Called at most once per handle.
     ///
-    /// On a fiber this parks the fiber; on a plain thread it blocks the
-    /// thread. A join is a cancellation point of the *joining* fiber.
-    pub fn join(self) -> Result<T, JoinError> {
-        use crate::sched::park::{self, WaitKind, Wake};
-        park::exit_if_cancelled();
+    /// The protocol: the joiner writes `join_waiter` while `JOIN_WAITER` is
+    /// clear, then sets the bit; the completer sets `COMPLETE` and reads the
+    /// cell only if it saw the bit. Whoever sets its bit second sees the
+    /// other's, so the waiter is woken exactly when it was published before
+    /// completion.
+    pub(crate) fn register_joiner(&self, notify: Notify) -> bool {
         let header = &self.fiber.core.header;
-        // Fork/join fast path: a fiber that has not started yet was stamped
-        // before this join, so one yield lets it run first (FIFO order). It
-        // usually finishes meanwhile, and the waiter registration and the
-        // park below are skipped. If it is not done, we wait as usual.
-        if !header.is_started() && header.state() & state::COMPLETE == 0 {
-            crate::yield_now();
+        if header.state.load(Ordering::Acquire) & state::COMPLETE != 0 {
+            return false;
         }
-        if header.state() & state::COMPLETE == 0 {
-            // One registration per handle (join consumes it): the cell is
-            // written once, while JOIN_WAITER is clear.
-            let why = park::block(
-                WaitKind::Join,
-                None,
-                |notify| {
-                    let s = header.state.load(Ordering::Acquire);
-                    if s & state::COMPLETE != 0 {
-                        return false;
-                    }
-                    // SAFETY: JOIN_WAITER is clear (this is the handle's only
-                    // registration), so the completer will not read the cell
-                    // until we set the bit (with Release below).
-                    unsafe { *header.join_waiter.get() = Some(notify) };
-                    let prev = header.state.fetch_or(state::JOIN_WAITER, Ordering::AcqRel);
-                    // COMPLETE set meanwhile: the completer did not see our
-                    // bit and will not wake us; the result is there.
-                    prev & state::COMPLETE == 0
-                },
-                |_| {},
-            );
-            match why {
-                Wake::Ready => {}
-                other => crate::sched::park::exit_for(other),
-            }
-            debug_assert!(header.state() & state::COMPLETE != 0);
-        }
+        // SAFETY: JOIN_WAITER is clear (this is the handle's only
+        // registration, as `join` consumes the handle), so the completer
+        // will not read the cell until we set the bit (AcqRel below).
+        unsafe { *header.join_waiter.get() = Some(notify) };
+        let prev = header.state.fetch_or(state::JOIN_WAITER, Ordering::AcqRel);
+        // COMPLETE set meanwhile: the completer did not see our bit and
+        // will not wake us; the result is there.
+        prev & state::COMPLETE == 0
+    }
+
+    /// Takes the result of a completed fiber.
+    ///
+    /// # Panics
+    ///
+    /// If the fiber is not complete (a bug of the caller).
+    pub(crate) fn take_result(self) -> Result<T, JoinError> {
+        let header = &self.fiber.core.header;
+        assert!(
+            header.state() & state::COMPLETE != 0,
+            "spindle: the result of an unfinished fiber was taken"
+        );
         // SAFETY: COMPLETE observed with Acquire: the result slot was written
-        // before it and nobody else reads it (join consumes the handle, and
+        // before it and nobody else reads it (this consumes the handle, and
         // the result is dropped by others only after DETACHED, which this
         // handle's drop sets later); the slot's type is the `T` this handle
         // was created with.
@@ -892,7 +875,7 @@ impl<T> JoinHandle<T> {
     /// });
     /// ```
     pub fn cancel(&self) {
-        crate::sched::park::cancel(&self.fiber.core);
+        wait::cancel(&self.fiber.core);
     }
 
     /// Whether the fiber has finished (its `join` would not wait).

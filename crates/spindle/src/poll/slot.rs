@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::task::Waker;
 
-use crate::sched::park::{WaitToken, Wake};
+use crate::fiber::wait::{WaitToken, Wake};
 
 /// Readable edge banked.
 pub(crate) const READ: u8 = 1;

@@ -22,7 +22,8 @@ use std::collections::BinaryHeap;
 use std::task::Waker;
 use std::time::Instant;
 
-use crate::sched::park::{WaitToken, Wake};
+use crate::fiber::wait::{WaitToken, Wake};
+use crate::fiber::{Placement, Stamp};
 
 /// What a timer wakes.
 pub(crate) enum TimerTarget {
@@ -91,11 +92,7 @@ impl TimerHeap {
     ///
     /// `stamp_for(deadline)` gives a fired fiber its place in its worker's
     /// service order.
-    pub(crate) fn fire_due(
-        &mut self,
-        now: Instant,
-        stamp_for: impl Fn(Instant) -> crate::sched::queue::Stamp,
-    ) -> usize {
+    pub(crate) fn fire_due(&mut self, now: Instant, stamp_for: impl Fn(Instant) -> Stamp) -> usize {
         let mut fired = 0;
         while let Some(top) = self.heap.peek() {
             if top.deadline > now {
@@ -104,7 +101,7 @@ impl TimerHeap {
             let entry = self.heap.pop().expect("peeked");
             match entry.target {
                 TimerTarget::Fiber(token) => {
-                    if token.wake_stamped(Wake::TimedOut, stamp_for(entry.deadline)) {
+                    if token.wake_at(Wake::TimedOut, Placement::At(stamp_for(entry.deadline))) {
                         fired += 1;
                     } else {
                         self.dead = self.dead.saturating_sub(1);

@@ -71,10 +71,12 @@
 
 pub(crate) mod dump;
 pub(crate) mod handshake;
+mod join;
 pub(crate) mod lock;
 pub(crate) mod park;
 pub(crate) mod queue;
 pub(crate) mod scope;
+pub(crate) mod spawn;
 pub(crate) mod watchdog;
 pub(crate) mod worker;
 
@@ -85,7 +87,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::Thread;
 
 use crate::fiber::stack::SizeClass;
-use crate::fiber::{FiberRef, NO_OWNER};
+use crate::fiber::{FiberRef, Placement, Schedule, NO_OWNER};
 use crate::poll::Poller;
 use queue::{SharedQueue, Stamp};
 
@@ -343,50 +345,38 @@ impl Scheduler {
     }
 }
 
-/// Unparks the OS thread of `fiber`'s owner worker: the fiber waits with
-/// its thread blocked in place (see `fiber::park_running_in_place`).
-pub(crate) fn unpark_owner_thread(fiber: &FiberRef) {
-    let owner = fiber.header.owner.load(Ordering::Acquire);
-    if let Some(t) = fiber
-        .header
-        .sched
-        .workers
-        .get(owner)
-        .and_then(|w| w.thread.get())
-    {
-        t.unpark();
+impl Schedule for Scheduler {
+    fn schedule(&self, fiber: FiberRef, placement: Placement) {
+        let owner = fiber.header.owner.load(Ordering::Acquire);
+        debug_assert_ne!(owner, NO_OWNER, "only started fibers park");
+        let fiber = match worker::push_if_owner(self, fiber, owner, placement) {
+            Ok(()) => return,
+            Err(fiber) => fiber,
+        };
+        if placement == Placement::Urgent {
+            self.workers[owner].inbox.push_urgent(fiber);
+            fence(Ordering::SeqCst);
+            self.wake_worker(owner);
+        } else {
+            // A stamp given by a timer of the owner is kept only on the
+            // owner; from another thread the fiber queues behind what is
+            // there (timers of a worker fire on that worker).
+            self.push_remote(owner, fiber);
+        }
     }
-}
 
-/// Like [`schedule`], but at the head of the owner's service order (accept
-/// admission).
-pub(crate) fn schedule_urgent(fiber: FiberRef) {
-    let owner = fiber.header.owner.load(Ordering::Acquire);
-    if let Err(fiber) = worker::push_urgent_if_owner(fiber, owner) {
-        let sched = fiber.header.sched.clone();
-        sched.workers[owner].inbox.push_urgent(fiber);
-        fence(Ordering::SeqCst);
-        sched.wake_worker(owner);
+    fn unpark_owner_thread(&self, fiber: &FiberRef) {
+        let owner = fiber.header.owner.load(Ordering::Acquire);
+        if let Some(t) = self.workers.get(owner).and_then(|w| w.thread.get()) {
+            t.unpark();
+        }
     }
-}
 
-/// Like [`schedule`], with the fiber's place in its owner's service order
-/// given (a timer fired on the owner: see `worker::Worker::fire_timers`).
-pub(crate) fn schedule_stamped(fiber: FiberRef, stamp: Stamp) {
-    let owner = fiber.header.owner.load(Ordering::Acquire);
-    if let Err(fiber) = worker::push_stamped_if_owner(fiber, owner, stamp) {
-        let sched = fiber.header.sched.clone();
-        sched.push_remote(owner, fiber);
-    }
-}
-
-/// Makes a woken fiber runnable on its own worker. Called by the one waker
-/// that took the fiber's token from `PARKED` (see `fiber`).
-pub(crate) fn schedule(fiber: FiberRef) {
-    let owner = fiber.header.owner.load(Ordering::Acquire);
-    debug_assert_ne!(owner, NO_OWNER, "only started fibers park");
-    if let Err(fiber) = worker::push_if_owner(fiber, owner) {
-        let sched = fiber.header.sched.clone();
-        sched.push_remote(owner, fiber);
+    fn count_wait(&self, published: bool) {
+        if published {
+            self.registrations.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.registrations.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }

@@ -21,7 +21,7 @@ use super::handshake::Handshake;
 use crate::fiber::{FiberRef, NO_OWNER};
 
 /// Position in the one service order of a scheduler: smaller runs first.
-pub(crate) type Stamp = u64;
+pub(crate) use crate::fiber::Stamp;
 
 /// Stamp of an empty queue's head.
 pub(crate) const NO_STAMP: Stamp = u64::MAX;

@@ -307,7 +307,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         // `ScopedJoinHandle<'scope>`.
         let boxed: Box<dyn FnOnce() + Send + 'static> = unsafe { std::mem::transmute(boxed) };
         let spawned = match crate::sched::worker::with_current_scheduler(|s| {
-            crate::runtime::spawn_on(s, None, None, boxed)
+            super::spawn::spawn_on(s, Default::default(), boxed)
         }) {
             Some(Ok(h)) => h,
             // The closure (and its `ChildRun`) was dropped by the failed

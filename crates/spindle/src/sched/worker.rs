@@ -172,48 +172,27 @@ pub(crate) fn can_park() -> bool {
     on_fiber() && !in_block_on_poll() && !fiber::running_is_stopped()
 }
 
-/// Pushes a woken fiber to the local queue if this thread is its owner
-/// worker; hands the fiber back otherwise.
-pub(crate) fn push_if_owner(fiber: FiberRef, owner: usize) -> Result<(), FiberRef> {
-    with_worker(|w| match w {
-        Some(w)
-            if w.index == owner && std::ptr::eq(Arc::as_ptr(&w.sched), &*fiber.header.sched) =>
-        {
-            let stamp = w.sched.stamp();
-            w.with_local(|local| local.push(Entry::new(stamp, fiber)));
-            Ok(())
-        }
-        _ => Err(fiber),
-    })
-}
-
-/// Queues a woken fiber on the local queue with a given `stamp` (its place
-/// in the service order) if this thread is its owner worker; hands the
-/// fiber back otherwise.
-pub(crate) fn push_stamped_if_owner(
+/// Queues a woken fiber on the local queue, as `placement` says, if this
+/// thread is its owner worker in `sched`; hands the fiber back otherwise.
+pub(crate) fn push_if_owner(
+    sched: &Scheduler,
     fiber: FiberRef,
     owner: usize,
-    stamp: super::queue::Stamp,
+    placement: crate::fiber::Placement,
 ) -> Result<(), FiberRef> {
+    use crate::fiber::Placement;
     with_worker(|w| match w {
-        Some(w)
-            if w.index == owner && std::ptr::eq(Arc::as_ptr(&w.sched), &*fiber.header.sched) =>
-        {
-            w.with_local(|local| local.insert_timer_wake(stamp, fiber));
-            Ok(())
-        }
-        _ => Err(fiber),
-    })
-}
-
-/// Pushes a woken fiber at the head of the local queue if this thread is
-/// its owner worker (accept admission); hands it back otherwise.
-pub(crate) fn push_urgent_if_owner(fiber: FiberRef, owner: usize) -> Result<(), FiberRef> {
-    with_worker(|w| match w {
-        Some(w)
-            if w.index == owner && std::ptr::eq(Arc::as_ptr(&w.sched), &*fiber.header.sched) =>
-        {
-            w.with_local(|local| local.push_urgent(fiber));
+        Some(w) if w.index == owner && std::ptr::eq(Arc::as_ptr(&w.sched), sched) => {
+            match placement {
+                Placement::Next => {
+                    let stamp = w.sched.stamp();
+                    w.with_local(|local| local.push(Entry::new(stamp, fiber)));
+                }
+                Placement::At(stamp) => {
+                    w.with_local(|local| local.insert_timer_wake(stamp, fiber));
+                }
+                Placement::Urgent => w.with_local(|local| local.push_urgent(fiber)),
+            }
             Ok(())
         }
         _ => Err(fiber),

@@ -1,0 +1,404 @@
+//! Waits with an outcome: the wait word's protocol, the tokens wakers hold,
+//! the outcomes, and cancellation (`docs/DESIGN.md`, "One way to wait").
+//!
+//! A fiber's header holds a wait word, `seq << 8 | outcome`
+//! (`token::WaitWord`). Starting a wait ([`WaitToken::begin`]) bumps `seq`
+//! and sets the outcome to a pending code. Every party that may end the
+//! wait — an fd edge, a timer, a close, a lock hand-off, a channel, a
+//! cancellation — holds a [`WaitToken`] (the fiber and `seq`) and races to
+//! compare-exchange the pending code into its own outcome. Exactly one wins
+//! and schedules the fiber through its park token; the losers do nothing.
+//! A token of an earlier wait can never end a later one (its `seq` is
+//! stale), so stale wakes cost nothing and lose nothing, and a value handed
+//! over with a winning wake (a lock, a message) cannot be lost to a racing
+//! timeout or cancel.
+//!
+//! A plain thread has no wait word: a [`ThreadWait`] follows the same
+//! compare-exchange protocol on a word of its own, and the kernel parks the
+//! thread. [`Notify`] is either kind, as wait queues hold them.
+//!
+//! # Cancellation
+//!
+//! [`cancel`] sets the fiber's `cancelled` flag, then ends its current wait
+//! with `Cancelled` (or unparks a plain `park`). Every wait checks the flag
+//! after publishing its token (the flag and the wait word are both SeqCst,
+//! so one of the two sides sees the other) and fails at once. Waits that
+//! can return an error (I/O) return one [`is_cancelled`] recognises; the
+//! others unwind the fiber with a [`Cancelled`] payload ([`exit_cancelled`]),
+//! which the fiber's top frame turns into `JoinError::is_cancelled`.
+//!
+//! The waiting itself — publishing, arming a timer, parking — needs a
+//! worker and lives in `sched::park`.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use std::thread::{self, Thread};
+use std::time::Instant;
+
+use super::schedule::Placement;
+use super::{FiberHeader, FiberRef};
+
+/// What a fiber waits on (shown by `spindle::dump`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WaitKind {
+    Running,
+    Park,
+    Fd { fd: i32, write: bool },
+    Sleep,
+    Lock,
+    Condvar,
+    Semaphore,
+    Channel,
+    Join,
+    BlockOn,
+    Blocking,
+    Other(&'static str),
+}
+
+impl std::fmt::Display for WaitKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WaitKind::Running => f.write_str("runnable"),
+            WaitKind::Park => f.write_str("parked (spindle::park)"),
+            WaitKind::Fd { fd, write: false } => write!(f, "waiting for fd {fd} to be readable"),
+            WaitKind::Fd { fd, write: true } => write!(f, "waiting for fd {fd} to be writable"),
+            WaitKind::Sleep => f.write_str("sleeping"),
+            WaitKind::Lock => f.write_str("waiting for a lock"),
+            WaitKind::Condvar => f.write_str("waiting on a condvar"),
+            WaitKind::Semaphore => f.write_str("waiting for a semaphore permit"),
+            WaitKind::Channel => f.write_str("waiting on a channel"),
+            WaitKind::Join => f.write_str("joining a fiber"),
+            WaitKind::BlockOn => f.write_str("waiting for a future (block_on)"),
+            WaitKind::Blocking => f.write_str("waiting for the blocking pool"),
+            WaitKind::Other(what) => write!(f, "waiting for {what}"),
+        }
+    }
+}
+
+/// How a wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// What was waited for happened (or a banked edge was consumed).
+    Ready,
+    /// The wait's own deadline passed first.
+    TimedOut,
+    /// The fd was closed, or the channel disconnected, while waited on.
+    Closed,
+    /// The fiber was cancelled.
+    Cancelled,
+    /// The deadline of an enclosing `time::timeout` passed.
+    Elapsed,
+}
+
+/// Outcome code of a pending wait.
+const WAITING: u8 = 1;
+/// Outcome code of a pending wait that cancellation and the fiber's
+/// `timeout` deadline do not end: one made while the fiber unwinds (a wait
+/// in a destructor), where raising `Cancelled` or `Elapsed` would be a
+/// panic during a panic — an abort.
+const SHIELDED: u8 = 7;
+
+fn outcome_code(why: Wake) -> u8 {
+    match why {
+        Wake::Ready => 2,
+        Wake::TimedOut => 3,
+        Wake::Closed => 4,
+        Wake::Cancelled => 5,
+        Wake::Elapsed => 6,
+    }
+}
+
+fn outcome_of(code: u8) -> Wake {
+    match code {
+        3 => Wake::TimedOut,
+        4 => Wake::Closed,
+        5 => Wake::Cancelled,
+        6 => Wake::Elapsed,
+        _ => Wake::Ready,
+    }
+}
+
+/// A waker's claim on one wait of one fiber.
+#[derive(Clone)]
+pub(crate) struct WaitToken {
+    fiber: FiberRef,
+    seq: u64,
+    /// The pending code of that wait (`WAITING` or `SHIELDED`).
+    pending: u8,
+}
+
+impl WaitToken {
+    /// Starts a new wait of `fiber` (its owner only, on the fiber) and
+    /// returns the token wakers will hold. A *shielded* wait is not ended
+    /// by [`cancel`].
+    pub(crate) fn begin(fiber: &FiberRef, shielded: bool) -> WaitToken {
+        let pending = if shielded { SHIELDED } else { WAITING };
+        WaitToken {
+            fiber: fiber.clone(),
+            seq: fiber.header.wait.begin(pending),
+            pending,
+        }
+    }
+
+    /// Ends the wait with `why` if it is still pending, and wakes the fiber
+    /// (at the head of its worker's order when `urgent`). True if this call
+    /// ended the wait.
+    pub(crate) fn wake(&self, why: Wake, urgent: bool) -> bool {
+        let placement = if urgent {
+            Placement::Urgent
+        } else {
+            Placement::Next
+        };
+        self.wake_at(why, placement)
+    }
+
+    /// Like [`wake`](Self::wake), placing the fiber in its owner's service
+    /// order as `placement` says (a timer queues it at its due stamp).
+    pub(crate) fn wake_at(&self, why: Wake, placement: Placement) -> bool {
+        let header = &self.fiber.header;
+        if !header
+            .wait
+            .complete(self.seq, self.pending, outcome_code(why))
+        {
+            return false;
+        }
+        if header.notify() {
+            header.sched.schedule(self.fiber.clone(), placement);
+        }
+        true
+    }
+
+    /// Ends the wait as `Ready` without waking anybody (the waiter itself,
+    /// when what it waits for was already there). True if it was pending.
+    pub(crate) fn end_unwoken(&self) -> bool {
+        self.fiber
+            .header
+            .wait
+            .complete(self.seq, self.pending, outcome_code(Wake::Ready))
+    }
+
+    /// Whether both tokens name the same wait.
+    pub(crate) fn same(&self, other: &WaitToken) -> bool {
+        self.seq == other.seq && Arc::ptr_eq(&self.fiber, &other.fiber)
+    }
+
+    /// Whether the wait is still pending (nobody ended it yet).
+    pub(crate) fn is_pending(&self) -> bool {
+        self.fiber.header.wait.load() == self.pending_word()
+    }
+
+    /// How the wait ended (meaningful once it is not pending).
+    pub(crate) fn outcome(&self) -> Wake {
+        outcome_of((self.fiber.header.wait.load() & 0xff) as u8)
+    }
+
+    fn pending_word(&self) -> u64 {
+        self.seq << 8 | self.pending as u64
+    }
+}
+
+/// A plain thread's wait: the same outcome protocol, the kernel parks.
+pub(crate) struct ThreadWait {
+    outcome: AtomicU8,
+    thread: Thread,
+}
+
+impl ThreadWait {
+    /// A pending wait of the calling thread.
+    pub(crate) fn new() -> ThreadWait {
+        ThreadWait {
+            outcome: AtomicU8::new(WAITING),
+            thread: thread::current(),
+        }
+    }
+
+    /// How the wait ended, or `None` while it is pending.
+    pub(crate) fn outcome(&self) -> Option<Wake> {
+        match self.outcome.load(Ordering::Acquire) {
+            WAITING => None,
+            code => Some(outcome_of(code)),
+        }
+    }
+}
+
+/// A waiter published in a queue: a fiber's wait or a thread's.
+#[derive(Clone)]
+pub(crate) enum Notify {
+    Fiber(WaitToken),
+    Thread(Arc<ThreadWait>),
+}
+
+impl Notify {
+    /// Ends the wait with `why` if still pending; true if this call did.
+    pub(crate) fn wake(&self, why: Wake) -> bool {
+        match self {
+            Notify::Fiber(t) => t.wake(why, false),
+            Notify::Thread(w) => {
+                let won = w
+                    .outcome
+                    .compare_exchange(
+                        WAITING,
+                        outcome_code(why),
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .is_ok();
+                if won {
+                    w.thread.unpark();
+                }
+                won
+            }
+        }
+    }
+
+    /// Whether both name the same wait.
+    pub(crate) fn same(&self, other: &Notify) -> bool {
+        match (self, other) {
+            (Notify::Fiber(a), Notify::Fiber(b)) => a.same(b),
+            (Notify::Thread(a), Notify::Thread(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+/// The payload a cancelled fiber unwinds with (see [`exit_cancelled`]).
+/// Catching it (`catch_unwind`) does not un-cancel the fiber: its next wait
+/// fails again.
+#[derive(Debug, Clone, Copy)]
+pub struct Cancelled;
+
+impl std::fmt::Display for Cancelled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("spindle: the fiber was cancelled")
+    }
+}
+
+impl std::error::Error for Cancelled {}
+
+/// Whether an I/O error is a cancellation of the calling fiber's wait.
+///
+/// ```
+/// use std::io::Read;
+/// spindle::run(|| {
+///     let (a, _b) = spindle::net::UnixStream::pair().unwrap();
+///     let reader = spindle::spawn(move || (&a).read(&mut [0u8; 8]));
+///     spindle::time::sleep(std::time::Duration::from_millis(10));
+///     reader.cancel();
+///     match reader.join() {
+///         Ok(Err(e)) => assert!(spindle::is_cancelled(&e)),
+///         other => assert!(other.unwrap_err().is_cancelled()),
+///     }
+/// });
+/// ```
+pub fn is_cancelled(e: &std::io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<Cancelled>())
+}
+
+/// The error a cancelled I/O wait returns.
+pub(crate) fn cancelled_io_error() -> std::io::Error {
+    std::io::Error::other(Cancelled)
+}
+
+/// Whether the calling fiber has been cancelled (false off a fiber).
+pub(crate) fn current_is_cancelled() -> bool {
+    let header = super::running_header();
+    // SAFETY: the running fiber's header lives while it runs.
+    !header.is_null() && unsafe { &*header }.cancelled.load(Ordering::SeqCst)
+}
+
+/// Unwinds the calling fiber because it was cancelled.
+pub(crate) fn exit_cancelled() -> ! {
+    std::panic::resume_unwind(Box::new(Cancelled))
+}
+
+/// Cancels `fiber` (see `JoinHandle::cancel`).
+pub(crate) fn cancel(fiber: &FiberRef) {
+    let header = &fiber.header;
+    header.cancelled.store(true, Ordering::SeqCst);
+    let word = header.wait.load();
+    if word & 0xff == WAITING as u64 {
+        let token = WaitToken {
+            fiber: fiber.clone(),
+            seq: word >> 8,
+            pending: WAITING,
+        };
+        if token.wake(Wake::Cancelled, false) {
+            return;
+        }
+    }
+    // Parked without a wait (spindle::park, join): the token wakes it, and
+    // its park loop sees the flag.
+    if header.is_started() && header.notify() {
+        header.sched.schedule(fiber.clone(), Placement::Next);
+    }
+}
+
+/// The earlier of `deadline` and the fiber's `timeout` deadline, and
+/// whether the fiber's is the one that applies.
+pub(crate) fn effective_deadline(
+    header: &FiberHeader,
+    deadline: Option<Instant>,
+) -> (Option<Instant>, bool) {
+    match (deadline, header.deadline.get()) {
+        (Some(d), Some(f)) if f < d => (Some(f), true),
+        (None, Some(f)) => (Some(f), true),
+        (d, _) => (d, false),
+    }
+}
+
+/// A [`timeout`](crate::time::timeout) ran out: the deadline passed while `f` waited.
+///
+/// ```
+/// use std::time::Duration;
+/// spindle::run(|| {
+///     let e = spindle::time::timeout(Duration::from_millis(5), || {
+///         spindle::time::sleep(Duration::from_secs(60))
+///     })
+///     .unwrap_err();
+///     assert!(e.deadline() <= std::time::Instant::now());
+/// });
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Elapsed {
+    deadline: Instant,
+}
+
+impl Elapsed {
+    pub(crate) fn at(deadline: Instant) -> Elapsed {
+        Elapsed { deadline }
+    }
+
+    /// The deadline that passed.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+}
+
+impl std::fmt::Display for Elapsed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("deadline has elapsed")
+    }
+}
+
+impl std::error::Error for Elapsed {}
+
+/// Unwinds out of a wait cut short by the deadline of an enclosing
+/// [`timeout`](crate::time::timeout), which catches it.
+pub(crate) fn elapsed_exit() -> ! {
+    let header = super::running_header();
+    // SAFETY: the running fiber's header lives while it runs.
+    let deadline = unsafe { header.as_ref() }
+        .and_then(|h| h.elapsed.get())
+        .unwrap_or_else(Instant::now);
+    std::panic::resume_unwind(Box::new(Elapsed { deadline }))
+}
+
+/// Leaves the fiber for a wait that ended by cancellation or an enclosing
+/// `timeout`.
+pub(crate) fn exit_for(why: Wake) -> ! {
+    match why {
+        Wake::Cancelled => exit_cancelled(),
+        Wake::Elapsed => elapsed_exit(),
+        other => unreachable!("not an exit: {other:?}"),
+    }
+}
