@@ -117,8 +117,8 @@ fn wait_fd_as(
     let Some(slot) = slot::slot(fd) else {
         return poll_thread(fd, dir, deadline);
     };
-    let registered = worker::with_scheduler(|s| {
-        let poller = &s.expect("on a fiber, so on a worker").poller;
+    let registered = worker::with_current(|w| {
+        let poller = &w.expect("on a fiber, so on a worker").sched.poller;
         match owner {
             Owner::Spindle => poller.register(fd, slot),
             Owner::Foreign => poller.register_foreign(fd, slot),
@@ -245,8 +245,8 @@ impl Future for Readiness {
                 format!("spindle: fd {} is past the netpoller's table", self.fd),
             )));
         };
-        let registered = worker::with_scheduler(|s| match s {
-            Some(s) => s.poller.register_foreign(self.fd, slot),
+        let registered = worker::with_current(|w| match w {
+            Some(w) => w.sched.poller.register_foreign(self.fd, slot),
             None => crate::poll::background()
                 .poller
                 .register_foreign(self.fd, slot),

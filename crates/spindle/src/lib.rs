@@ -321,7 +321,7 @@ pub fn current() -> Option<Fiber> {
 /// assert_eq!(spindle::worker_id(), None);
 /// ```
 pub fn worker_id() -> Option<usize> {
-    sched::worker::current_worker_index()
+    sched::worker::with_current(|w| w.map(|w| w.index))
 }
 
 /// Hooks for `bench/`; not part of the API.
@@ -336,10 +336,10 @@ pub mod __bench {
 /// The current runtime's fiber dump (see [`Runtime::dump`]), or `None`
 /// outside a runtime.
 pub fn dump() -> Option<String> {
-    sched::worker::with_current_scheduler(|s| sched::dump::dump(s))
+    sched::worker::with_current(|w| w.map(|w| sched::diag::dump::dump(w.sched)))
 }
 
 /// Counters of the current fiber's runtime, or `None` outside one.
 pub fn stats() -> Option<Stats> {
-    sched::worker::current_scheduler().map(|(s, _)| runtime::stats_of(&s))
+    sched::worker::with_current(|w| w.map(|w| runtime::stats_of(w.sched)))
 }

@@ -5,7 +5,7 @@
 //! `tests/loom_models.rs` and `docs/HACKING.md`, "Model checks") they are
 //! [loom]'s, which runs a protocol under every interleaving and memory
 //! ordering it allows. Only the protocol modules (`fiber/token.rs`,
-//! `sched/handshake.rs`) use this facade; they depend on nothing else in the
+//! `sched/handshake.rs`, `sched/sleep_word.rs`) use this facade; they depend on nothing else in the
 //! crate, so the model tests compile them on their own.
 //!
 //! [loom]: https://docs.rs/loom

@@ -146,9 +146,9 @@ impl RuntimeBuilder {
             thread_name: self.thread_name,
             stall_warning: self.stall_warning,
         })?);
-        crate::sched::watchdog::start(&sched, sched.config.stall_warning);
+        crate::sched::diag::watchdog::start(&sched, sched.config.stall_warning);
         if self.dump_on_sigquit {
-            crate::sched::dump::dump_on_sigquit(&sched);
+            crate::sched::diag::sigquit::dump_on_sigquit(&sched);
         }
         let mut threads = Vec::with_capacity(workers);
         for index in 0..workers {
@@ -279,7 +279,7 @@ impl Runtime {
     /// assert!(dump.contains("\"idle-conn\": sleeping"), "{dump}");
     /// ```
     pub fn dump(&self) -> String {
-        crate::sched::dump::dump(&self.sched)
+        crate::sched::diag::dump::dump(&self.sched)
     }
 
     /// Counters of this runtime (see [`Stats`]).
@@ -333,7 +333,7 @@ impl Runtime {
             return 0;
         }
         self.down = true;
-        let on_own_worker = worker::current_index(&self.sched).is_some();
+        let on_own_worker = worker::with_current(|w| w.is_some_and(|w| w.belongs_to(&self.sched)));
         self.sched.cancelling.store(true, Ordering::SeqCst);
         self.sched.wake_all();
         let mut alive = self.sched.live_fibers();

@@ -21,3 +21,6 @@ mod token;
 
 #[path = "../src/sched/handshake.rs"]
 mod handshake;
+
+#[path = "../src/sched/sleep_word.rs"]
+mod sleep_word;

@@ -43,12 +43,14 @@ pub use select::{
 };
 
 use std::collections::VecDeque;
+
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::sched::park::{self, Notify, WaitKind, Wake};
+use crate::sched::park::{self, WaitKind, Wake};
+use crate::sched::wait_queue::WaitQueue;
 
 /// Where a hand-over leaves a value (or says the channel closed).
 pub(crate) enum SlotState<T> {
@@ -76,17 +78,14 @@ fn put<T>(s: &Slot<T>, v: T) {
     *s.lock().unwrap_or_else(|e| e.into_inner()) = SlotState::Value(v);
 }
 
-pub(crate) struct Waiting<T> {
-    pub(crate) notify: Notify,
-    pub(crate) slot: Slot<T>,
-}
-
 pub(crate) struct State<T> {
     pub(crate) buf: VecDeque<T>,
     /// `None`: unbounded.
     pub(crate) cap: Option<usize>,
-    pub(crate) receivers_waiting: VecDeque<Waiting<T>>,
-    pub(crate) senders_waiting: VecDeque<Waiting<T>>,
+    /// Parked receivers, each with the slot a sender hands its value to.
+    pub(crate) receivers_waiting: WaitQueue<Slot<T>>,
+    /// Parked senders, each with the slot holding the value it sends.
+    pub(crate) senders_waiting: WaitQueue<Slot<T>>,
     pub(crate) senders: usize,
     pub(crate) receivers: usize,
 }
@@ -116,25 +115,15 @@ impl<T> State<T> {
 
     /// Hands `value` to the first parked receiver whose wait is pending.
     pub(crate) fn give_to_receiver(&mut self, value: T) -> Result<(), T> {
-        let mut value = value;
-        while let Some(w) = self.receivers_waiting.pop_front() {
-            put(&w.slot, value);
-            if w.notify.wake(Wake::Ready) {
-                return Ok(());
-            }
-            value = take(&w.slot).expect("our value is still there");
-        }
-        Err(value)
+        self.receivers_waiting.hand_over(value, put, |slot| {
+            take(slot).expect("our value is still there")
+        })
     }
 
     /// Takes the value of the first parked sender whose wait is pending.
     pub(crate) fn take_from_sender(&mut self) -> Option<T> {
-        while let Some(w) = self.senders_waiting.pop_front() {
-            if w.notify.wake(Wake::Ready) {
-                return take(&w.slot);
-            }
-        }
-        None
+        let slot = self.senders_waiting.wake_first()?;
+        take(&slot)
     }
 
     /// A message without waiting: the buffer (refilled from a parked
@@ -179,8 +168,8 @@ fn new_chan<T>(cap: Option<usize>) -> (Sender<T>, Receiver<T>) {
         state: Mutex::new(State {
             buf: VecDeque::new(),
             cap,
-            receivers_waiting: VecDeque::new(),
-            senders_waiting: VecDeque::new(),
+            receivers_waiting: WaitQueue::new(),
+            senders_waiting: WaitQueue::new(),
             senders: 1,
             receivers: 1,
         }),
@@ -391,10 +380,7 @@ impl<T> Sender<T> {
                     }
                     Err(msg) => {
                         let s = slot(SlotState::Value(msg));
-                        st.senders_waiting.push_back(Waiting {
-                            notify,
-                            slot: s.clone(),
-                        });
+                        st.senders_waiting.push(notify, s.clone());
                         my_slot = Some(s);
                         true
                     }
@@ -402,7 +388,7 @@ impl<T> Sender<T> {
             },
             |notify| {
                 let mut st = self.chan.lock();
-                st.senders_waiting.retain(|w| !w.notify.same(notify));
+                st.senders_waiting.remove(notify);
             },
         );
         let keep_value = || {
@@ -494,16 +480,13 @@ impl<T> Receiver<T> {
                     return false;
                 }
                 let s = slot(SlotState::Empty);
-                st.receivers_waiting.push_back(Waiting {
-                    notify,
-                    slot: s.clone(),
-                });
+                st.receivers_waiting.push(notify, s.clone());
                 my_slot = Some(s);
                 true
             },
             |notify| {
                 let mut st = self.chan.lock();
-                st.receivers_waiting.retain(|w| !w.notify.same(notify));
+                st.receivers_waiting.remove(notify);
             },
         );
         match why {
@@ -564,18 +547,16 @@ impl<T> Clone for Receiver<T> {
 impl<T> Chan<T> {
     /// One end left: if it was the last of its side, wake every waiter of
     /// the other side with `Closed`.
-    fn leave(&self, side: impl FnOnce(&mut State<T>) -> (usize, &mut VecDeque<Waiting<T>>)) {
-        let waiting: Vec<Waiting<T>> = {
+    fn leave(&self, side: impl FnOnce(&mut State<T>) -> (usize, &mut WaitQueue<Slot<T>>)) {
+        let waiting = {
             let mut st = self.lock();
             let (left, other) = side(&mut st);
             if left > 0 {
                 return;
             }
-            other.drain(..).collect()
+            other.take_all()
         };
-        for w in waiting {
-            w.notify.wake(Wake::Closed);
-        }
+        waiting.wake_all(Wake::Closed);
     }
 }
 

@@ -12,7 +12,7 @@
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
-use super::{put, slot, take, Receiver, RecvError, SendError, Sender, Slot, SlotState, Waiting};
+use super::{put, slot, take, Receiver, RecvError, SendError, Sender, Slot, SlotState};
 use crate::sched::park::{self, Notify, WaitKind, Wake};
 
 /// What registering an arm found.
@@ -93,16 +93,13 @@ impl<T> SelectArm for RecvArm<'_, T> {
             self.rx.chan.publish_len(&st);
             return Registration::Completed;
         }
-        st.receivers_waiting.push_back(Waiting {
-            notify: wait.0.clone(),
-            slot: self.slot.clone(),
-        });
+        st.receivers_waiting.push(wait.0.clone(), self.slot.clone());
         Registration::Registered
     }
 
     fn unregister(&mut self, wait: &SelectWait) {
         let mut st = self.rx.chan.lock();
-        st.receivers_waiting.retain(|w| !w.notify.same(&wait.0));
+        st.receivers_waiting.remove(&wait.0);
     }
 
     fn check(&mut self) -> bool {
@@ -193,16 +190,13 @@ impl<T> SelectArm for SendArm<'_, T> {
         }
         put(&self.slot, v);
         self.parked = true;
-        st.senders_waiting.push_back(Waiting {
-            notify: wait.0.clone(),
-            slot: self.slot.clone(),
-        });
+        st.senders_waiting.push(wait.0.clone(), self.slot.clone());
         Registration::Registered
     }
 
     fn unregister(&mut self, wait: &SelectWait) {
         let mut st = self.tx.chan.lock();
-        st.senders_waiting.retain(|w| !w.notify.same(&wait.0));
+        st.senders_waiting.remove(&wait.0);
         drop(st);
         if let Some(v) = take(&self.slot) {
             self.value = Some(v);

@@ -68,7 +68,7 @@ use std::cell::{Cell, UnsafeCell};
 use std::fmt;
 use std::marker::PhantomData;
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 pub(crate) use context::{time_switch_pairs, Context, Switch};
@@ -115,7 +115,7 @@ pub(crate) struct FiberHeader {
     /// first run unless pinned by `spawn_local`.
     pub(crate) owner: AtomicUsize,
     park: token::ParkToken,
-    state: AtomicU8,
+    state: token::StateWord,
     /// Set by the owner worker at the first run (kept apart from `state`
     /// so that setting it needs no read-modify-write).
     started: AtomicBool,
@@ -178,7 +178,7 @@ impl FiberHeader {
             sched,
             owner: AtomicUsize::new(owner),
             park: token::ParkToken::new(),
-            state: AtomicU8::new(0),
+            state: token::StateWord::new(),
             started: AtomicBool::new(false),
             join_waiter: UnsafeCell::new(None),
             stack_class: reservation.class(),
@@ -200,7 +200,7 @@ impl FiberHeader {
     }
 
     pub(crate) fn state(&self) -> u8 {
-        self.state.load(Ordering::Acquire)
+        self.state.load()
     }
 
     pub(crate) fn is_started(&self) -> bool {
@@ -245,7 +245,7 @@ impl FiberHeader {
 pub(crate) fn complete(fiber: &FiberCore<dyn Task>, stopped: bool) {
     let header = &fiber.header;
     let bits = state::COMPLETE | if stopped { state::STOPPED } else { 0 };
-    let prev = header.state.fetch_or(bits, Ordering::AcqRel);
+    let prev = header.state.set(bits);
     if prev & state::JOIN_WAITER != 0 {
         // SAFETY: JOIN_WAITER was set, so the joiner finished writing the
         // cell and will not touch it again; COMPLETE is now set, so no
@@ -333,7 +333,7 @@ where
         if header.cancelled.load(Ordering::SeqCst) {
             // Cancelled before it could start: never run, join says so.
             drop_quietly(f, "a cancelled fiber's closure");
-            header.state.fetch_or(state::CANCELLED, Ordering::AcqRel);
+            header.state.set(state::CANCELLED);
             return;
         }
         let result = panic::catch_unwind(AssertUnwindSafe(f));
@@ -348,7 +348,7 @@ where
             }
             if payload.is::<wait::Cancelled>() {
                 // Left at a wait after `cancel`: no result, join says so.
-                header.state.fetch_or(state::CANCELLED, Ordering::AcqRel);
+                header.state.set(state::CANCELLED);
                 return;
             }
             // SAFETY: as above; COMPLETE is published after this returns.
@@ -440,9 +440,10 @@ pub(crate) enum Outcome {
 }
 
 /// Gives a fiber its stack and context at its first run, on the worker
-/// that now owns it. Returns false if no stack could be had: the fiber is
-/// then finished (its closure dropped, the failure reported on stderr) and
-/// must be retired without being resumed.
+/// that now owns it. Returns false if no stack could be had (the failure
+/// is reported on stderr): the caller must then drop the closure
+/// (`Task::discard`, user code: not while it borrows its worker's state)
+/// and retire the fiber without resuming it.
 ///
 /// # Safety
 ///
@@ -461,7 +462,6 @@ pub(crate) unsafe fn prepare(fiber: &FiberRef, pool: &mut stack::StackPool) -> b
                 "spindle: fiber {} could not get its stack at first run: {e}",
                 header.id
             );
-            fiber.body.discard();
             return false;
         }
     };
@@ -515,7 +515,7 @@ pub(crate) unsafe fn resume(fiber: &FiberRef) -> Outcome {
 /// Same contract as [`resume`]; the fiber must not be queued or running.
 pub(crate) unsafe fn stop(fiber: &FiberRef) -> Option<stack::FiberStack> {
     let header = &fiber.header;
-    header.state.fetch_or(state::STOPPED, Ordering::AcqRel);
+    header.state.set(state::STOPPED);
     // SAFETY: owner worker, fiber neither queued nor running (caller).
     let context = unsafe { &mut *header.context.get() };
     let mut c = context.take()?;
@@ -567,7 +567,7 @@ pub(crate) fn running_is_stopped() -> bool {
 /// reservation; its joiner sees it cancelled.
 pub(crate) fn discard_unstarted(fiber: &FiberRef) {
     let header = &fiber.header;
-    header.state.fetch_or(state::STOPPED, Ordering::AcqRel);
+    header.state.set(state::STOPPED);
     fiber.body.discard();
     // SAFETY: the caller took the fiber's only queue entry, so it is the
     // fiber's single owner and nobody else touches the reservation.
@@ -806,14 +806,14 @@ impl<T> JoinHandle<T> {
     /// completion.
     pub(crate) fn register_joiner(&self, notify: Notify) -> bool {
         let header = &self.fiber.core.header;
-        if header.state.load(Ordering::Acquire) & state::COMPLETE != 0 {
+        if header.state.load() & state::COMPLETE != 0 {
             return false;
         }
         // SAFETY: JOIN_WAITER is clear (this is the handle's only
         // registration, as `join` consumes the handle), so the completer
         // will not read the cell until we set the bit (AcqRel below).
         unsafe { *header.join_waiter.get() = Some(notify) };
-        let prev = header.state.fetch_or(state::JOIN_WAITER, Ordering::AcqRel);
+        let prev = header.state.set(state::JOIN_WAITER);
         // COMPLETE set meanwhile: the completer did not see our bit and
         // will not wake us; the result is there.
         prev & state::COMPLETE == 0
@@ -892,10 +892,7 @@ impl<T> JoinHandle<T> {
 impl<T> Drop for JoinHandle<T> {
     fn drop(&mut self) {
         let core = &self.fiber.core;
-        let prev = core
-            .header
-            .state
-            .fetch_or(state::DETACHED, Ordering::AcqRel);
+        let prev = core.header.state.set(state::DETACHED);
         if prev & state::COMPLETE != 0 {
             // Finished and never joined (or joined: then the slot is empty).
             // A `!Send` result's handle cannot have left the owner's thread.

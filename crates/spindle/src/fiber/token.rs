@@ -114,6 +114,41 @@ impl WaitWord {
     }
 }
 
+/// A fiber's lifecycle bits (`fiber::state`): set once each, never
+/// cleared, so every change is one `fetch_or`.
+///
+/// # The join-waiter protocol
+///
+/// A joiner that finds `COMPLETE` clear writes its waiter into the fiber's
+/// `join_waiter` cell, then sets `JOIN_WAITER`. The completer sets
+/// `COMPLETE` and, if the previous bits had `JOIN_WAITER`, takes the waiter
+/// from the cell and wakes it. Whoever sets its bit second sees the other's:
+/// the waiter is woken exactly when it was published before completion, and
+/// the cell is never touched by both at once (the joiner writes it only
+/// while `JOIN_WAITER` is clear, the completer reads it only after seeing
+/// it set). `DETACHED` and `COMPLETE` decide who drops the result the same
+/// way.
+#[derive(Debug)]
+pub(crate) struct StateWord(AtomicU8);
+
+impl StateWord {
+    pub(crate) fn new() -> StateWord {
+        StateWord(AtomicU8::new(0))
+    }
+
+    /// The bits now.
+    #[inline]
+    pub(crate) fn load(&self) -> u8 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Sets `bits`; returns the bits before.
+    #[inline]
+    pub(crate) fn set(&self, bits: u8) -> u8 {
+        self.0.fetch_or(bits, Ordering::AcqRel)
+    }
+}
+
 #[cfg(all(test, spindle_loom))]
 mod models {
     use super::*;
@@ -215,6 +250,102 @@ mod models {
             assert_eq!(won.len(), 1);
             assert_eq!(winners.load(Ordering::SeqCst), 1);
             assert_eq!(word.load(), seq << 8 | won[0] as u64);
+        });
+    }
+
+    const COMPLETE: u8 = 2;
+    const JOIN_WAITER: u8 = 4;
+    const DETACHED: u8 = 32;
+
+    /// A joiner publishing its waiter races the fiber completing: the
+    /// waiter is woken exactly when it was published before completion,
+    /// and the cell is never accessed by both (loom checks the cell).
+    #[test]
+    fn a_join_waiter_is_woken_exactly_when_published_before_completion() {
+        ::loom::model(|| {
+            let state = Arc::new(StateWord::new());
+            let cell = Arc::new(crate::loom::cell::UnsafeCell::new(None::<u32>));
+            let (st, c) = (state.clone(), cell.clone());
+            let completer = thread::spawn(move || {
+                let prev = st.set(COMPLETE);
+                if prev & JOIN_WAITER != 0 {
+                    // SAFETY (model): JOIN_WAITER was set, the joiner is done
+                    // with the cell.
+                    c.with_mut(|p| unsafe { (*p).take() })
+                } else {
+                    None
+                }
+            });
+            // The joiner (`JoinHandle::register_joiner`).
+            let published = if state.load() & COMPLETE == 0 {
+                // SAFETY (model): JOIN_WAITER is clear, the completer does
+                // not read the cell.
+                cell.with_mut(|p| unsafe { *p = Some(7) });
+                state.set(JOIN_WAITER) & COMPLETE == 0
+            } else {
+                false
+            };
+            let woken = completer.join().unwrap();
+            assert_eq!(woken.is_some(), published);
+            assert!(state.load() & COMPLETE != 0);
+        });
+    }
+
+    /// The handle's drop (`DETACHED`) races the completion (`COMPLETE`):
+    /// exactly one of them drops the result.
+    #[test]
+    fn exactly_one_of_detach_and_complete_drops_the_result() {
+        ::loom::model(|| {
+            let state = Arc::new(StateWord::new());
+            let drops = Arc::new(AtomicUsize::new(0));
+            let (st, d) = (state.clone(), drops.clone());
+            let completer = thread::spawn(move || {
+                if st.set(COMPLETE) & DETACHED != 0 {
+                    d.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+            if state.set(DETACHED) & COMPLETE != 0 {
+                drops.fetch_add(1, Ordering::SeqCst);
+            }
+            completer.join().unwrap();
+            assert_eq!(drops.load(Ordering::SeqCst), 1);
+        });
+    }
+
+    /// A value handed to a parked receiver (`WaitQueue::hand_over`: put in
+    /// its slot, then end its wait) races the receiver's timeout: the value
+    /// ends up exactly once — with the receiver if the wake won, back with
+    /// the sender if the timeout did.
+    #[test]
+    fn a_handed_over_value_is_never_lost_to_a_racing_timeout() {
+        ::loom::model(|| {
+            let word = Arc::new(WaitWord::new());
+            let seq = word.begin(WAITING);
+            // The channel lock, with the receiver's slot under it.
+            let slot = Arc::new(::loom::sync::Mutex::new(None::<u32>));
+            let (w, s) = (word.clone(), slot.clone());
+            let sender = thread::spawn(move || {
+                let mut slot = s.lock().unwrap();
+                *slot = Some(42);
+                if w.complete(seq, WAITING, READY) {
+                    None
+                } else {
+                    // Lost: take the value back for the next receiver.
+                    slot.take()
+                }
+            });
+            // The receiver's timer fires.
+            let timed_out = word.complete(seq, WAITING, ELAPSED);
+            let received = if timed_out {
+                // Unregisters under the lock; a value there is not its own.
+                None
+            } else {
+                slot.lock().unwrap().take()
+            };
+            let returned = sender.join().unwrap();
+            let owners = received.is_some() as u8 + returned.is_some() as u8;
+            assert_eq!(owners, 1, "the value was lost or duplicated");
+            assert_eq!(received.is_some(), !timed_out);
         });
     }
 

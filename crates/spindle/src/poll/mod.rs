@@ -299,13 +299,16 @@ impl Background {
 
     fn run(&self) {
         let mut events = Vec::with_capacity(256);
+        let mut wakers = Vec::new();
         loop {
             let timeout = {
                 let mut t = self.timers.lock().unwrap_or_else(|e| e.into_inner());
                 let now = Instant::now();
-                t.fire_due(now, |_| 0);
+                t.fire_due(now, |_| 0, &mut wakers);
                 t.next_deadline().map(|d| d.saturating_duration_since(now))
             };
+            // Woken with the lock released: a waker may arm a timer.
+            wakers.drain(..).for_each(std::task::Waker::wake);
             self.poller.poll(&mut events, timeout);
         }
     }

@@ -245,3 +245,106 @@ fn new_chunk(hi: usize) -> *mut [FdSlot; CHUNK] {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::task::{Wake as TaskWake, Waker};
+
+    use super::*;
+
+    /// A waker that counts its wakes.
+    struct Count(Mutex<usize>);
+
+    impl TaskWake for Count {
+        fn wake(self: Arc<Self>) {
+            *self.0.lock().unwrap() += 1;
+        }
+    }
+
+    fn counting_waker() -> (Waker, Arc<Count>) {
+        let count = Arc::new(Count(Mutex::new(0)));
+        (Waker::from(count.clone()), count)
+    }
+
+    fn wakes(count: &Count) -> usize {
+        *count.0.lock().unwrap()
+    }
+
+    #[test]
+    fn an_edge_with_nobody_waiting_is_banked_and_consumed_once() {
+        let slot = FdSlot::new();
+        slot.deliver(0, READ);
+        assert!(slot.lock().take_bit(READ), "the edge was banked");
+        assert!(
+            !slot.lock().take_bit(READ),
+            "and consumed by the first taker"
+        );
+        assert!(
+            !slot.lock().take_bit(WRITE),
+            "only the direction that fired"
+        );
+    }
+
+    #[test]
+    fn a_waker_is_woken_and_the_edge_banked_for_its_next_poll() {
+        let slot = FdSlot::new();
+        let (waker, count) = counting_waker();
+        slot.lock().set_waker(WRITE, &waker);
+        slot.lock().set_waker(WRITE, &waker); // same waker: not twice
+        slot.deliver(0, WRITE | READ);
+        assert_eq!(wakes(&count), 1);
+        let mut w = slot.lock();
+        assert!(w.take_bit(WRITE), "a future looks at the bit when it polls");
+        assert!(w.take_bit(READ), "nobody waited to read: banked");
+    }
+
+    #[test]
+    fn an_event_for_a_closed_fd_is_ignored() {
+        let slot = FdSlot::new();
+        let stale = slot.generation.load(Ordering::Acquire);
+        slot.close();
+        slot.deliver(stale, READ);
+        assert!(!slot.lock().take_bit(READ), "the reused fd got no edge");
+    }
+
+    #[test]
+    fn close_wakes_every_waiter_and_clears_the_bank() {
+        let slot = FdSlot::new();
+        slot.deliver(0, WRITE);
+        let (reader, r) = counting_waker();
+        let (writer, w) = counting_waker();
+        slot.lock().set_waker(READ, &reader);
+        slot.lock().set_waker(WRITE, &writer);
+        slot.close();
+        assert_eq!((wakes(&r), wakes(&w)), (1, 1));
+        assert!(!slot.lock().take_bit(WRITE), "the banked edge is gone");
+        // The next owner of the number starts with an empty slot.
+        slot.deliver(slot.generation.load(Ordering::Acquire), READ);
+        assert_eq!(wakes(&r), 1, "a closed fd's waiter is not woken again");
+    }
+
+    #[test]
+    fn a_peer_shutdown_is_sticky_for_readers() {
+        let slot = FdSlot::new();
+        slot.deliver(0, READ | READ_CLOSED);
+        let mut w = slot.lock();
+        assert!(w.take_bit(READ));
+        assert!(
+            w.take_bit(READ),
+            "no further edge will come: reads return at once"
+        );
+        assert!(!w.take_bit(WRITE));
+    }
+
+    #[test]
+    fn a_removed_waker_is_not_woken() {
+        let slot = FdSlot::new();
+        let (waker, count) = counting_waker();
+        slot.lock().set_waker(READ, &waker);
+        slot.lock().remove_waker(READ, &waker);
+        slot.deliver(0, READ);
+        assert_eq!(wakes(&count), 0);
+        assert!(slot.lock().take_bit(READ), "banked instead");
+    }
+}

@@ -87,12 +87,19 @@ impl TimerHeap {
     }
 
     /// Fires every entry due at `now`, earliest first. Returns how many
-    /// fiber waits it ended plus how many wakers it woke: either may have
-    /// made a fiber of this worker runnable.
+    /// fiber waits it ended; the wakers of due entries are moved to
+    /// `wakers`, for the caller to wake once it no longer holds the heap (a
+    /// waker is user code, which may arm another timer). Either may make a
+    /// fiber of this worker runnable.
     ///
     /// `stamp_for(deadline)` gives a fired fiber its place in its worker's
     /// service order.
-    pub(crate) fn fire_due(&mut self, now: Instant, stamp_for: impl Fn(Instant) -> Stamp) -> usize {
+    pub(crate) fn fire_due(
+        &mut self,
+        now: Instant,
+        stamp_for: impl Fn(Instant) -> Stamp,
+        wakers: &mut Vec<std::task::Waker>,
+    ) -> usize {
         let mut fired = 0;
         while let Some(top) = self.heap.peek() {
             if top.deadline > now {
@@ -107,10 +114,7 @@ impl TimerHeap {
                         self.dead = self.dead.saturating_sub(1);
                     }
                 }
-                TimerTarget::Waker(w) => {
-                    w.wake();
-                    fired += 1;
-                }
+                TimerTarget::Waker(w) => wakers.push(w),
             }
         }
         fired
@@ -149,6 +153,15 @@ mod tests {
         }
     }
 
+    /// Fires what is due and wakes the wakers: how many entries fired.
+    fn fire(heap: &mut TimerHeap, now: Instant) -> usize {
+        let mut wakers = Vec::new();
+        let ended = heap.fire_due(now, |_| 0, &mut wakers);
+        let fired = ended + wakers.len();
+        wakers.into_iter().for_each(Waker::wake);
+        fired
+    }
+
     fn waker(label: u32, log: &Arc<Mutex<Vec<u32>>>) -> TimerTarget {
         TimerTarget::Waker(Waker::from(Arc::new(Recorder(label, log.clone()))))
     }
@@ -163,11 +176,11 @@ mod tests {
             heap.arm(at(ms), waker(label, &log));
         }
         assert_eq!(heap.next_deadline(), Some(at(10)));
-        assert_eq!(heap.fire_due(at(30), |_| 0), 4);
+        assert_eq!(fire(&mut heap, at(30)), 4);
         assert_eq!(*log.lock().unwrap(), vec![2, 4, 3, 1]);
         assert_eq!(heap.next_deadline(), Some(at(50)));
-        assert_eq!(heap.fire_due(at(49), |_| 0), 0, "nothing else is due yet");
-        assert_eq!(heap.fire_due(at(50), |_| 0), 1);
+        assert_eq!(fire(&mut heap, at(49)), 0, "nothing else is due yet");
+        assert_eq!(fire(&mut heap, at(50)), 1);
         assert!(heap.is_empty());
     }
 
@@ -182,7 +195,7 @@ mod tests {
         for _ in 0..2_000 {
             heap.note_dead();
         }
-        assert_eq!(heap.fire_due(t0 + Duration::from_secs(1), |_| 0), 100);
+        assert_eq!(fire(&mut heap, t0 + Duration::from_secs(1)), 100);
         assert_eq!(*log.lock().unwrap(), (0..100).collect::<Vec<u32>>());
     }
 }

@@ -69,19 +69,20 @@
 //!   `!Send` locals held across a wait; left out rather than offered as an
 //!   `unsafe` opt-in whose contract users would have to audit.
 
-pub(crate) mod dump;
+pub(crate) mod diag;
 pub(crate) mod handshake;
 mod join;
-pub(crate) mod lock;
 pub(crate) mod park;
 pub(crate) mod queue;
 pub(crate) mod scope;
+pub(crate) mod sleep_word;
 pub(crate) mod spawn;
-pub(crate) mod watchdog;
+pub(crate) mod wait_queue;
+
 pub(crate) mod worker;
 
 use std::sync::atomic::{
-    fence, AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+    fence, AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering,
 };
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::Thread;
@@ -138,7 +139,7 @@ pub(crate) struct WorkerShared {
     pub(crate) inbox: SharedQueue,
     /// The worker's private FIFO, lockable by a thief while it is stalled.
     pub(crate) local: queue::SharedLocal,
-    sleep: AtomicU8,
+    sleep: SleepWord,
     thread: OnceLock<Thread>,
     pub(crate) steals: AtomicU64,
     pub(crate) dispatches: AtomicU64,
@@ -172,18 +173,14 @@ pub(crate) struct WorkerShared {
     pub(crate) stall_since: Mutex<Option<std::time::Instant>>,
 }
 
-const AWAKE: u8 = 0;
-/// Asleep on its thread parker (futex).
-const SLEEPING: u8 = 1;
-/// Asleep in `epoll_wait`, holding the poller's lease: woken by the eventfd.
-const POLLING: u8 = 2;
+use sleep_word::{SleepWord, AWAKE, POLLING, SLEEPING};
 
 impl WorkerShared {
     fn new() -> WorkerShared {
         WorkerShared {
             inbox: SharedQueue::new(),
             local: queue::SharedLocal::new(),
-            sleep: AtomicU8::new(AWAKE),
+            sleep: SleepWord::new(),
             thread: OnceLock::new(),
             steals: AtomicU64::new(0),
             dispatches: AtomicU64::new(0),
@@ -293,10 +290,7 @@ impl Scheduler {
     /// Wakes worker `index` if it sleeps.
     pub(crate) fn wake_worker(&self, index: usize) {
         let w = &self.workers[index];
-        if w.sleep.load(Ordering::SeqCst) == AWAKE {
-            return;
-        }
-        match w.sleep.swap(AWAKE, Ordering::SeqCst) {
+        match w.sleep.wake() {
             SLEEPING => {
                 self.sleepers.fetch_sub(1, Ordering::SeqCst);
                 if let Some(t) = w.thread.get() {
@@ -316,7 +310,7 @@ impl Scheduler {
             return;
         }
         for (i, w) in self.workers.iter().enumerate() {
-            if w.sleep.load(Ordering::SeqCst) != AWAKE {
+            if !w.sleep.is(AWAKE) {
                 self.wake_worker(i);
                 return;
             }

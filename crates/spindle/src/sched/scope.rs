@@ -26,8 +26,9 @@ use std::marker::PhantomData;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+use super::wait_queue::WaitQueue;
 use crate::fiber::{Fiber, JoinError, JoinHandle};
-use crate::sched::park::{self, Notify, WaitKind, Wake};
+use crate::sched::park::{self, WaitKind, Wake};
 
 type PanicSlot = Arc<Mutex<Option<Box<dyn Any + Send + 'static>>>>;
 
@@ -41,8 +42,9 @@ struct ScopeState {
 struct ScopeInner {
     /// Children whose `ChildRun` has not been dropped yet.
     running: usize,
-    /// The parent's published wait, while it waits on a fiber.
-    parent: Option<Notify>,
+    /// The parent's published wait, while it waits on a fiber (at most
+    /// one entry).
+    parent: WaitQueue,
     /// One per child: a panic nobody has taken with `join` yet.
     panics: Vec<PanicSlot>,
     children: Vec<Fiber>,
@@ -61,9 +63,7 @@ impl ScopeState {
         let mut inner = self.lock();
         inner.running -= 1;
         if inner.running == 0 {
-            if let Some(parent) = inner.parent.take() {
-                parent.wake(Wake::Ready);
-            }
+            inner.parent.wake_first();
             self.all_done.notify_all();
         }
     }
@@ -111,14 +111,11 @@ impl ScopeState {
                         if inner.running == 0 {
                             return false;
                         }
-                        inner.parent = Some(notify);
+                        inner.parent.push(notify, ());
                         true
                     },
                     |notify| {
-                        let mut inner = self.lock();
-                        if inner.parent.as_ref().is_some_and(|p| p.same(notify)) {
-                            inner.parent = None;
-                        }
+                        self.lock().parent.remove(notify);
                     },
                 )
             }));
@@ -160,7 +157,7 @@ impl ScopeState {
                     if inner.running == 0 {
                         return false;
                     }
-                    inner.parent = Some(notify);
+                    inner.parent.push(notify, ());
                     true
                 });
             }));
@@ -306,8 +303,8 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         // value `T: 'scope` is otherwise only reached through
         // `ScopedJoinHandle<'scope>`.
         let boxed: Box<dyn FnOnce() + Send + 'static> = unsafe { std::mem::transmute(boxed) };
-        let spawned = match crate::sched::worker::with_current_scheduler(|s| {
-            super::spawn::spawn_on(s, Default::default(), boxed)
+        let spawned = match crate::sched::worker::with_current(|w| {
+            w.map(|w| super::spawn::spawn_on(w.sched, Default::default(), boxed))
         }) {
             Some(Ok(h)) => h,
             // The closure (and its `ChildRun`) was dropped by the failed
@@ -352,7 +349,7 @@ where
         state: Arc::new(ScopeState {
             inner: Mutex::new(ScopeInner {
                 running: 0,
-                parent: None,
+                parent: WaitQueue::new(),
                 panics: Vec::new(),
                 children: Vec::new(),
             }),

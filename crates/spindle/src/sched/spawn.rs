@@ -51,15 +51,17 @@ where
     F: FnOnce() -> T + 'static,
     T: 'static,
 {
-    let (sched, index) = worker::current_scheduler().unwrap_or_else(|| {
-        panic!(
-            "spindle::spawn_local called outside a spindle fiber; \
-             call it from a fiber (inside spindle::run or Runtime::run)"
-        )
-    });
-    let (fiber, handle) = allocate(&sched, options, index, f)?;
-    sched.submit_new(fiber);
-    Ok(handle)
+    worker::with_current(|here| {
+        let here = here.unwrap_or_else(|| {
+            panic!(
+                "spindle::spawn_local called outside a spindle fiber; \
+                 call it from a fiber (inside spindle::run or Runtime::run)"
+            )
+        });
+        let (fiber, handle) = allocate(here.sched, options, here.index, f)?;
+        here.sched.submit_new(fiber);
+        Ok(handle)
+    })
 }
 
 /// Spawns on the calling fiber's runtime, or panics naming the fix (`what`
@@ -69,7 +71,7 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    match worker::with_current_scheduler(|sched| spawn_on(sched, options, f)) {
+    match worker::with_current(|w| w.map(|w| spawn_on(w.sched, options, f))) {
         Some(spawned) => spawned,
         None => panic!(
             "{what} called outside a spindle runtime; call it from a fiber \

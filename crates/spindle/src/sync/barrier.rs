@@ -1,8 +1,7 @@
 //! [`Barrier`] and [`WaitGroup`].
 
-use std::collections::VecDeque;
-
-use crate::sched::park::{self, Notify, WaitKind, Wake};
+use crate::sched::park::{self, WaitKind, Wake};
+use crate::sched::wait_queue::WaitQueue;
 
 /// `n` parties meet: each `wait` parks until all `n` have called it.
 ///
@@ -17,7 +16,17 @@ use crate::sched::park::{self, Notify, WaitKind, Wake};
 /// ```
 pub struct Barrier {
     n: usize,
-    state: std::sync::Mutex<(usize, u64, VecDeque<Notify>)>,
+    state: std::sync::Mutex<BarrierState>,
+}
+
+/// The state of a [`Barrier`], under its lock.
+struct BarrierState {
+    /// Parties waiting in the current round.
+    arrived: usize,
+    /// Completed rounds.
+    generation: u64,
+    /// The parties of this round that wait for the last one.
+    waiters: WaitQueue,
 }
 
 /// Which party a [`Barrier::wait`] was.
@@ -36,7 +45,11 @@ impl Barrier {
     pub fn new(n: usize) -> Barrier {
         Barrier {
             n,
-            state: std::sync::Mutex::new((0, 0, VecDeque::new())),
+            state: std::sync::Mutex::new(BarrierState {
+                arrived: 0,
+                generation: 0,
+                waiters: WaitQueue::new(),
+            }),
         }
     }
 
@@ -49,23 +62,21 @@ impl Barrier {
             None,
             |notify| {
                 let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-                st.0 += 1;
-                if st.0 >= self.n {
-                    st.0 = 0;
-                    st.1 += 1;
-                    for n in st.2.drain(..) {
-                        n.wake(Wake::Ready);
-                    }
+                st.arrived += 1;
+                if st.arrived >= self.n {
+                    st.arrived = 0;
+                    st.generation += 1;
+                    st.waiters.take_all().wake_all(Wake::Ready);
                     leader = true;
                     return false;
                 }
-                st.2.push_back(notify);
+                st.waiters.push(notify, ());
                 true
             },
             |notify| {
                 let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-                st.0 -= 1;
-                super::remove(&mut st.2, notify);
+                st.arrived -= 1;
+                st.waiters.remove(notify);
             },
         );
         match why {
@@ -73,6 +84,15 @@ impl Barrier {
             other => crate::sched::park::exit_for(other),
         }
     }
+}
+
+/// The state of a [`WaitGroup`], under its lock.
+#[derive(Default)]
+struct GroupState {
+    /// Tasks added and not yet done.
+    count: usize,
+    /// Fibers and threads waiting for the count to reach zero.
+    waiters: WaitQueue,
 }
 
 /// Waits for a count of tasks to finish (Go's `sync.WaitGroup`): `add`
@@ -93,7 +113,7 @@ impl Barrier {
 /// ```
 #[derive(Default)]
 pub struct WaitGroup {
-    state: std::sync::Mutex<(usize, VecDeque<Notify>)>,
+    state: std::sync::Mutex<GroupState>,
 }
 
 impl WaitGroup {
@@ -104,7 +124,7 @@ impl WaitGroup {
 
     /// Adds `n` to the count.
     pub fn add(&self, n: usize) {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).0 += n;
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).count += n;
     }
 
     /// Subtracts one; at zero, wakes every waiter.
@@ -114,12 +134,10 @@ impl WaitGroup {
     /// If the count is already zero.
     pub fn done(&self) {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        assert!(st.0 > 0, "WaitGroup::done called more often than add");
-        st.0 -= 1;
-        if st.0 == 0 {
-            for n in st.1.drain(..) {
-                n.wake(Wake::Ready);
-            }
+        assert!(st.count > 0, "WaitGroup::done called more often than add");
+        st.count -= 1;
+        if st.count == 0 {
+            st.waiters.take_all().wake_all(Wake::Ready);
         }
     }
 
@@ -131,17 +149,18 @@ impl WaitGroup {
             None,
             |notify| {
                 let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-                if st.0 == 0 {
+                if st.count == 0 {
                     return false;
                 }
-                st.1.push_back(notify);
+                st.waiters.push(notify, ());
                 true
             },
             |notify| {
-                super::remove(
-                    &mut self.state.lock().unwrap_or_else(|e| e.into_inner()).1,
-                    notify,
-                )
+                self.state
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .waiters
+                    .remove(notify);
             },
         );
         if why != Wake::Ready {
@@ -158,7 +177,7 @@ impl std::fmt::Debug for Barrier {
 
 impl std::fmt::Debug for WaitGroup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let n = self.state.lock().unwrap_or_else(|e| e.into_inner()).0;
+        let n = self.state.lock().unwrap_or_else(|e| e.into_inner()).count;
         f.debug_struct("WaitGroup").field("count", &n).finish()
     }
 }

@@ -1,10 +1,10 @@
 //! [`Condvar`].
 
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use crate::sched::lock::MutexGuard;
-use crate::sched::park::{self, Notify, WaitKind, Wake};
+use super::lock::MutexGuard;
+use crate::sched::park::{self, WaitKind, Wake};
+use crate::sched::wait_queue::WaitQueue;
 
 /// A condition variable for [`Mutex`](super::Mutex): `wait` releases the
 /// lock and parks until notified, then takes the lock back. Spurious
@@ -27,7 +27,7 @@ use crate::sched::park::{self, Notify, WaitKind, Wake};
 /// ```
 #[derive(Default)]
 pub struct Condvar {
-    waiters: std::sync::Mutex<VecDeque<Notify>>,
+    waiters: std::sync::Mutex<WaitQueue>,
 }
 
 /// Whether a [`Condvar::wait_timeout`] returned because time ran out.
@@ -45,11 +45,11 @@ impl Condvar {
     /// A new condition variable.
     pub const fn new() -> Condvar {
         Condvar {
-            waiters: std::sync::Mutex::new(VecDeque::new()),
+            waiters: std::sync::Mutex::new(WaitQueue::new()),
         }
     }
 
-    fn q(&self) -> std::sync::MutexGuard<'_, VecDeque<Notify>> {
+    fn q(&self) -> std::sync::MutexGuard<'_, WaitQueue> {
         self.waiters.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -92,11 +92,13 @@ impl Condvar {
             |notify| {
                 // Queue first, then release: a notify between the two
                 // cannot be missed.
-                self.q().push_back(notify);
+                self.q().push(notify, ());
                 drop(guard.take());
                 true
             },
-            |notify| super::remove(&mut self.q(), notify),
+            |notify| {
+                self.q().remove(notify);
+            },
         );
         // Register always queues, so the lock was released.
         debug_assert!(guard.is_none());
@@ -116,15 +118,13 @@ impl Condvar {
 
     /// Wakes one waiter.
     pub fn notify_one(&self) {
-        super::wake_first(&mut self.q());
+        self.q().wake_first();
     }
 
     /// Wakes every waiter.
     pub fn notify_all(&self) {
-        let all: Vec<Notify> = self.q().drain(..).collect();
-        for n in all {
-            n.wake(Wake::Ready);
-        }
+        let all = self.q().take_all();
+        all.wake_all(Wake::Ready);
     }
 }
 

@@ -13,38 +13,24 @@
 //!
 //! All of them queue waiters in FIFO order and *hand over* what is released
 //! (the lock, a permit) to the first waiter whose wait is still pending,
-//! through the wait protocol of `sched::park`: a waiter that timed out or
-//! was cancelled is skipped, nothing released is lost, and a waiter runs
-//! once. Every wait is a cancellation point (see `JoinHandle::cancel`).
+//! through the wait protocol of `sched::park` and one waiter queue type
+//! (`sched::wait_queue::WaitQueue`): a waiter that timed out or was cancelled is
+//! skipped, nothing released is lost, and a waiter runs once. Every wait is
+//! a cancellation point (see `JoinHandle::cancel`).
+//!
+//! The lock order, for all of them: a primitive's own lock, then (through
+//! a wake) a scheduler inbox lock; a waker never takes a primitive's lock.
 
 mod barrier;
 mod condvar;
+mod lock;
 mod once;
 mod pool;
 mod semaphore;
 
-pub use crate::sched::lock::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use barrier::{Barrier, BarrierWaitResult, WaitGroup};
 pub use condvar::{Condvar, WaitTimeoutResult};
+pub use lock::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use once::OnceCell;
 pub use pool::{Pool, PoolGuard};
 pub use semaphore::{Semaphore, SemaphorePermit};
-
-use std::collections::VecDeque;
-
-use crate::sched::park::{Notify, Wake};
-
-/// Wakes the first waiter whose wait is still pending; true if one was.
-pub(crate) fn wake_first(queue: &mut VecDeque<Notify>) -> bool {
-    while let Some(n) = queue.pop_front() {
-        if n.wake(Wake::Ready) {
-            return true;
-        }
-    }
-    false
-}
-
-/// Removes one waiter (after its wait ended another way).
-pub(crate) fn remove(queue: &mut VecDeque<Notify>, notify: &Notify) {
-    queue.retain(|n| !n.same(notify));
-}

@@ -1,9 +1,9 @@
 //! [`Semaphore`].
 
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use crate::sched::park::{self, Notify, WaitKind, Wake};
+use crate::sched::park::{self, WaitKind, Wake};
+use crate::sched::wait_queue::WaitQueue;
 
 /// Counted permits. `acquire` parks while none is free; a released permit
 /// is handed to the first waiter still waiting (FIFO, no barging).
@@ -19,7 +19,15 @@ use crate::sched::park::{self, Notify, WaitKind, Wake};
 /// });
 /// ```
 pub struct Semaphore {
-    state: std::sync::Mutex<(usize, VecDeque<Notify>)>,
+    state: std::sync::Mutex<SemState>,
+}
+
+/// The state of a [`Semaphore`], under its lock.
+struct SemState {
+    /// Permits nobody holds.
+    permits: usize,
+    /// Acquirers waiting for a permit, in arrival order.
+    waiters: WaitQueue,
 }
 
 /// A held permit; released on drop.
@@ -32,11 +40,14 @@ impl Semaphore {
     /// A semaphore with `permits` free permits.
     pub const fn new(permits: usize) -> Semaphore {
         Semaphore {
-            state: std::sync::Mutex::new((permits, VecDeque::new())),
+            state: std::sync::Mutex::new(SemState {
+                permits,
+                waiters: WaitQueue::new(),
+            }),
         }
     }
 
-    fn st(&self) -> std::sync::MutexGuard<'_, (usize, VecDeque<Notify>)> {
+    fn st(&self) -> std::sync::MutexGuard<'_, SemState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -47,14 +58,16 @@ impl Semaphore {
             deadline,
             |notify| {
                 let mut st = self.st();
-                if st.0 > 0 && st.1.is_empty() {
-                    st.0 -= 1;
+                if st.permits > 0 && st.waiters.is_empty() {
+                    st.permits -= 1;
                     return false;
                 }
-                st.1.push_back(notify);
+                st.waiters.push(notify, ());
                 true
             },
-            |notify| super::remove(&mut self.st().1, notify),
+            |notify| {
+                self.st().waiters.remove(notify);
+            },
         );
         match why {
             Wake::Ready => Some(SemaphorePermit { sem: self }),
@@ -76,8 +89,8 @@ impl Semaphore {
     /// Takes a permit if one is free and nobody waits first.
     pub fn try_acquire(&self) -> Option<SemaphorePermit<'_>> {
         let mut st = self.st();
-        if st.0 > 0 && st.1.is_empty() {
-            st.0 -= 1;
+        if st.permits > 0 && st.waiters.is_empty() {
+            st.permits -= 1;
             Some(SemaphorePermit { sem: self })
         } else {
             None
@@ -93,13 +106,14 @@ impl Semaphore {
 
     /// Free permits now.
     pub fn available_permits(&self) -> usize {
-        self.st().0
+        self.st().permits
     }
 
     fn release(&self) {
         let mut st = self.st();
-        if !super::wake_first(&mut st.1) {
-            st.0 += 1;
+        // Handed to the first pending waiter, or kept.
+        if st.waiters.wake_first().is_none() {
+            st.permits += 1;
         }
     }
 }

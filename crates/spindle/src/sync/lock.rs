@@ -1,7 +1,10 @@
-//! Fiber-aware locks: [`Mutex`] and [`RwLock`] (re-exported by `sync`).
+//! Fiber-aware locks: [`Mutex`] and [`RwLock`].
 //!
-//! They live here, not in `sync/`, because they hold their value in an
-//! `UnsafeCell`, and unsafe code stays in `fiber/`, `sched/` and `poll/`.
+//! Both hold their value in an `UnsafeCell` and hand out guards; the
+//! `unsafe` here is the guards' access to the cell, sound by the lock
+//! protocols below. Waiters queue in a [`WaitQueue`] under a
+//! `std::sync::Mutex` (lock order: that lock, then a scheduler inbox lock;
+//! see `sched/wait_queue.rs`).
 //!
 //! # Mutex protocol
 //!
@@ -27,12 +30,12 @@
 //! queue — one writer, or every reader up to the next writer.
 
 use std::cell::UnsafeCell;
-use std::collections::VecDeque;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use super::park::{self, Notify, WaitKind, Wake};
+use crate::sched::park::{self, Notify, WaitKind, Wake};
+use crate::sched::wait_queue::WaitQueue;
 
 const UNLOCKED: u8 = 0;
 const LOCKED: u8 = 1;
@@ -64,7 +67,7 @@ const CONTENDED: u8 = 2;
 /// ```
 pub struct Mutex<T: ?Sized> {
     state: AtomicU8,
-    waiters: std::sync::Mutex<VecDeque<Notify>>,
+    waiters: std::sync::Mutex<WaitQueue>,
     value: UnsafeCell<T>,
 }
 
@@ -81,7 +84,7 @@ impl<T> Mutex<T> {
     pub const fn new(value: T) -> Mutex<T> {
         Mutex {
             state: AtomicU8::new(UNLOCKED),
-            waiters: std::sync::Mutex::new(VecDeque::new()),
+            waiters: std::sync::Mutex::new(WaitQueue::new()),
             value: UnsafeCell::new(value),
         }
     }
@@ -131,7 +134,7 @@ impl<T: ?Sized> Mutex<T> {
                         Err(actual) => s = actual,
                     }
                 }
-                q.push_back(notify);
+                q.push(notify, ());
                 true
             },
             |notify| self.remove_waiter(notify),
@@ -165,7 +168,7 @@ impl<T: ?Sized> Mutex<T> {
 
     fn remove_waiter(&self, notify: &Notify) {
         let mut q = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
-        q.retain(|n| !n.same(notify));
+        q.remove(notify);
     }
 
     fn unlock(&self) {
@@ -177,14 +180,12 @@ impl<T: ?Sized> Mutex<T> {
             return;
         }
         let mut q = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
-        while let Some(next) = q.pop_front() {
-            if next.wake(Wake::Ready) {
-                // Handed over: the state stays locked for `next`.
-                if q.is_empty() {
-                    self.state.store(LOCKED, Ordering::Release);
-                }
-                return;
+        if q.wake_first().is_some() {
+            // Handed over: the state stays locked for the woken waiter.
+            if q.is_empty() {
+                self.state.store(LOCKED, Ordering::Release);
             }
+            return;
         }
         self.state.store(UNLOCKED, Ordering::Release);
     }
@@ -250,11 +251,14 @@ impl<T: ?Sized + fmt::Debug> fmt::Debug for MutexGuard<'_, T> {
 
 // ---------------------------------------------------------------------------
 
+/// The state of an [`RwLock`], under its `std::sync::Mutex`.
 struct RwState {
+    /// Readers holding the lock.
     readers: usize,
+    /// A writer holds the lock.
     writer: bool,
-    /// Waiters in arrival order; `true` marks a writer.
-    queue: VecDeque<(Notify, bool)>,
+    /// Waiting requests in arrival order; the data says "a writer".
+    queue: WaitQueue<bool>,
 }
 
 /// A reader-writer lock whose waits park the fiber, fair in arrival order.
@@ -289,7 +293,7 @@ impl<T> RwLock<T> {
             state: std::sync::Mutex::new(RwState {
                 readers: 0,
                 writer: false,
-                queue: VecDeque::new(),
+                queue: WaitQueue::new(),
             }),
             value: UnsafeCell::new(value),
         }
@@ -326,10 +330,12 @@ impl<T: ?Sized> RwLock<T> {
                     }
                     return false;
                 }
-                st.queue.push_back((notify, write));
+                st.queue.push(notify, write);
                 true
             },
-            |notify| self.st().queue.retain(|(n, _)| !n.same(notify)),
+            |notify| {
+                self.st().queue.remove(notify);
+            },
         );
         match why {
             Wake::Ready => {}
@@ -343,15 +349,14 @@ impl<T: ?Sized> RwLock<T> {
     /// Grants are recorded before the wake, so a waiter woken `Ready` holds
     /// the lock; a wake that fails (a cancelled waiter) takes it back.
     fn grant(st: &mut RwState) {
-        while let Some((_, write)) = st.queue.front() {
-            let write = *write;
+        while let Some(&write) = st.queue.front() {
             if write {
                 if st.writer || st.readers > 0 {
                     return;
                 }
-                let (n, _) = st.queue.pop_front().expect("front");
+                let next = st.queue.pop_front().expect("front");
                 st.writer = true;
-                if n.wake(Wake::Ready) {
+                if next.notify.wake(Wake::Ready) {
                     return;
                 }
                 st.writer = false;
@@ -359,9 +364,9 @@ impl<T: ?Sized> RwLock<T> {
                 if st.writer {
                     return;
                 }
-                let (n, _) = st.queue.pop_front().expect("front");
+                let next = st.queue.pop_front().expect("front");
                 st.readers += 1;
-                if !n.wake(Wake::Ready) {
+                if !next.notify.wake(Wake::Ready) {
                     st.readers -= 1;
                 }
             }

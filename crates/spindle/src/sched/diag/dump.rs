@@ -7,22 +7,21 @@
 //! live fiber (id, name, and what it waits on: fd and direction, timer,
 //! lock, channel, join, …). The caller's own worker answers inline. A worker
 //! that does not answer within 200 ms is stuck in one dispatch; the dump
-//! says which fiber it is running. With `RuntimeBuilder::dump_on_sigquit`,
-//! `kill -QUIT <pid>` prints the dump of every such runtime to stderr.
+//! says which fiber it is running. (`sigquit.rs` prints dumps on SIGQUIT.)
 
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+
 use std::time::{Duration, Instant};
 
-use super::Scheduler;
 use crate::fiber::FiberRef;
+use crate::sched::Scheduler;
 
 /// One worker's part of a dump (called on that worker's thread).
 pub(crate) fn worker_report(
     index: usize,
     running: Option<u64>,
-    live: &[&FiberRef],
+    live: &[FiberRef],
     queued_new: usize,
 ) -> String {
     let mut out = String::new();
@@ -58,8 +57,10 @@ pub(crate) fn dump(sched: &Scheduler) -> String {
     let gen = sched.dump_gen.fetch_add(1, Ordering::AcqRel) + 1;
     sched.wake_all();
     let mut reports: Vec<Option<String>> = vec![None; sched.workers.len()];
-    if let Some(index) = super::worker::current_index(sched) {
-        reports[index] = Some(super::worker::report_here());
+    if let Some(index) =
+        crate::sched::worker::with_current(|w| w.filter(|w| w.belongs_to(sched)).map(|w| w.index))
+    {
+        reports[index] = Some(crate::sched::worker::report_here());
     }
     let deadline = Instant::now() + Duration::from_millis(200);
     loop {
@@ -74,7 +75,7 @@ pub(crate) fn dump(sched: &Scheduler) -> String {
         if reports.iter().all(Option::is_some) || Instant::now() >= deadline {
             break;
         }
-        super::park::sleep_until(Instant::now() + Duration::from_millis(1));
+        crate::sched::park::sleep_until(Instant::now() + Duration::from_millis(1));
     }
     let mut out = format!(
         "spindle dump: {} workers, {} live fibers\n",
@@ -100,63 +101,4 @@ pub(crate) fn dump(sched: &Scheduler) -> String {
         }
     }
     out
-}
-
-/// Runtimes that asked for a dump on SIGQUIT.
-static SIGQUIT_RUNTIMES: Mutex<Vec<Weak<Scheduler>>> = Mutex::new(Vec::new());
-static SIGQUIT_PIPE: OnceLock<i32> = OnceLock::new();
-
-extern "C" fn on_sigquit(_: libc::c_int) {
-    if let Some(&fd) = SIGQUIT_PIPE.get() {
-        let b = 1u8;
-        // SAFETY: write(2) is async-signal-safe; a full pipe just drops it.
-        unsafe { libc::write(fd, (&b as *const u8).cast(), 1) };
-    }
-}
-
-/// Prints `sched`'s dump to stderr on SIGQUIT (installs the handler once).
-pub(crate) fn dump_on_sigquit(sched: &Arc<Scheduler>) {
-    SIGQUIT_RUNTIMES
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push(Arc::downgrade(sched));
-    SIGQUIT_PIPE.get_or_init(|| {
-        let mut fds = [0i32; 2];
-        // SAFETY: pipe2 fills the two-element array.
-        unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) };
-        let read_fd = fds[0];
-        let _ = std::thread::Builder::new()
-            .name("spindle-sigquit".into())
-            .spawn(move || loop {
-                let mut pfd = libc::pollfd {
-                    fd: read_fd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: one valid pollfd; then drain what is there.
-                unsafe {
-                    libc::poll(&mut pfd, 1, -1);
-                    let mut buf = [0u8; 64];
-                    while libc::read(read_fd, buf.as_mut_ptr().cast(), buf.len()) > 0 {}
-                }
-                let runtimes: Vec<Arc<Scheduler>> = SIGQUIT_RUNTIMES
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .iter()
-                    .filter_map(Weak::upgrade)
-                    .collect();
-                for s in runtimes {
-                    eprint!("{}", dump(&s));
-                }
-            });
-        // SAFETY: installs a handler that only writes to a pipe.
-        unsafe {
-            let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = on_sigquit as *const () as usize;
-            action.sa_flags = libc::SA_RESTART;
-            libc::sigemptyset(&mut action.sa_mask);
-            libc::sigaction(libc::SIGQUIT, &action, std::ptr::null_mut());
-        }
-        fds[1]
-    });
 }

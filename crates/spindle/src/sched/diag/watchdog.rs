@@ -32,7 +32,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use super::{Scheduler, WorkerShared};
+use crate::sched::{Scheduler, WorkerShared};
 
 /// A dispatch longer than this marks its worker stalled.
 const STALL_AFTER: Duration = Duration::from_millis(10);

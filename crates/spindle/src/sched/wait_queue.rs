@@ -1,0 +1,188 @@
+//! [`WaitQueue`]: the FIFO of parked waiters every primitive in `sync` and
+//! `chan`, and a scope's parent, keep.
+//!
+//! A waiter is a [`Notify`] (a fiber's wait or a thread's) and what the
+//! primitive needs to know about it (a reader-or-writer flag, a channel's
+//! value slot). Releasing something — a lock, a permit, a message — goes to
+//! the *first waiter whose wait is still pending*: waking is a race on the
+//! waiter's wait word, and a waiter that timed out or was cancelled loses it,
+//! so it is skipped and what was released goes to the next. A waiter whose
+//! wait ended another way removes itself ([`WaitQueue::remove`]), under the
+//! same lock.
+//!
+//! # Lock order
+//!
+//! A queue lives under its primitive's lock (a `std::sync::Mutex`). Waking
+//! a fiber may take an inbox lock of the scheduler, so the order is: the
+//! primitive's lock, then an inbox lock. A waker never takes a primitive's
+//! lock, so the order cannot be reversed. Waking a *thread* takes no lock.
+
+use std::collections::VecDeque;
+
+use crate::sched::park::{Notify, Wake};
+
+/// One parked waiter and its data.
+pub(crate) struct Waiter<T> {
+    pub(crate) notify: Notify,
+    pub(crate) data: T,
+}
+
+/// A FIFO of parked waiters (see the module docs).
+pub(crate) struct WaitQueue<T = ()> {
+    entries: VecDeque<Waiter<T>>,
+}
+
+impl<T> Default for WaitQueue<T> {
+    fn default() -> Self {
+        WaitQueue::new()
+    }
+}
+
+impl<T> WaitQueue<T> {
+    /// An empty queue.
+    pub(crate) const fn new() -> WaitQueue<T> {
+        WaitQueue {
+            entries: VecDeque::new(),
+        }
+    }
+
+    /// Queues a waiter at the back.
+    pub(crate) fn push(&mut self, notify: Notify, data: T) {
+        self.entries.push_back(Waiter { notify, data });
+    }
+
+    /// Whether nobody waits (waiters whose wait ended but that have not
+    /// removed themselves yet count as waiting).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The data of the first waiter.
+    pub(crate) fn front(&self) -> Option<&T> {
+        self.entries.front().map(|w| &w.data)
+    }
+
+    /// Takes the first waiter without waking it.
+    pub(crate) fn pop_front(&mut self) -> Option<Waiter<T>> {
+        self.entries.pop_front()
+    }
+
+    /// Wakes the first waiter whose wait is still pending with `Ready` and
+    /// returns its data; waiters whose wait already ended are dropped on
+    /// the way. `None` if no pending waiter was left.
+    pub(crate) fn wake_first(&mut self) -> Option<T> {
+        while let Some(w) = self.entries.pop_front() {
+            if w.notify.wake(Wake::Ready) {
+                return Some(w.data);
+            }
+        }
+        None
+    }
+
+    /// Hands `value` to the first pending waiter: `give` stores it in the
+    /// waiter's data *before* the wake (so the waiter finds it when it
+    /// runs), and if that waiter's wait had already ended, `take_back`
+    /// recovers it for the next. Gives the value back if nobody took it.
+    pub(crate) fn hand_over<V>(
+        &mut self,
+        value: V,
+        mut give: impl FnMut(&T, V),
+        mut take_back: impl FnMut(&T) -> V,
+    ) -> Result<(), V> {
+        let mut value = value;
+        while let Some(w) = self.entries.pop_front() {
+            give(&w.data, value);
+            if w.notify.wake(Wake::Ready) {
+                return Ok(());
+            }
+            value = take_back(&w.data);
+        }
+        Err(value)
+    }
+
+    /// Removes the waiter of `notify` (its wait ended another way);
+    /// returns its data if it was still queued.
+    pub(crate) fn remove(&mut self, notify: &Notify) -> Option<T> {
+        let at = self.entries.iter().position(|w| w.notify.same(notify))?;
+        self.entries.remove(at).map(|w| w.data)
+    }
+
+    /// Takes every waiter, to wake with [`wake_all`](Self::wake_all) after
+    /// the primitive's lock is released.
+    pub(crate) fn take_all(&mut self) -> WaitQueue<T> {
+        std::mem::take(self)
+    }
+
+    /// Ends every waiter's wait with `why`.
+    pub(crate) fn wake_all(self, why: Wake) {
+        for w in self.entries {
+            w.notify.wake(why);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::sched::park::ThreadWait;
+
+    fn waiter() -> (Notify, Arc<ThreadWait>) {
+        let w = Arc::new(ThreadWait::new());
+        (Notify::Thread(w.clone()), w)
+    }
+
+    #[test]
+    fn wake_first_skips_waits_that_already_ended() {
+        let mut q = WaitQueue::new();
+        let (a, wa) = waiter();
+        let (b, wb) = waiter();
+        let (c, wc) = waiter();
+        q.push(a.clone(), 'a');
+        q.push(b.clone(), 'b');
+        q.push(c, 'c');
+        // `a` timed out before anyone released: its wake is lost.
+        assert!(a.wake(Wake::TimedOut));
+        assert_eq!(q.wake_first(), Some('b'));
+        assert_eq!(wa.outcome(), Some(Wake::TimedOut));
+        assert_eq!(wb.outcome(), Some(Wake::Ready));
+        assert_eq!(wc.outcome(), None, "only one waiter is woken");
+        assert_eq!(q.front(), Some(&'c'));
+        drop(b);
+    }
+
+    #[test]
+    fn a_value_handed_to_a_gone_waiter_goes_to_the_next() {
+        let mut q: WaitQueue<std::sync::Mutex<Option<u32>>> = WaitQueue::new();
+        let (a, _wa) = waiter();
+        let (b, wb) = waiter();
+        q.push(a.clone(), Default::default());
+        q.push(b, Default::default());
+        assert!(a.wake(Wake::Cancelled));
+        let put = |slot: &std::sync::Mutex<Option<u32>>, v| *slot.lock().unwrap() = Some(v);
+        let take = |slot: &std::sync::Mutex<Option<u32>>| slot.lock().unwrap().take().unwrap();
+        assert_eq!(q.hand_over(7, put, take), Ok(()));
+        assert_eq!(wb.outcome(), Some(Wake::Ready));
+        assert!(q.is_empty());
+        // Nobody left: the value comes back.
+        assert_eq!(q.hand_over(8, put, take), Err(8));
+    }
+
+    #[test]
+    fn remove_takes_only_the_named_waiter_and_wake_all_ends_the_rest() {
+        let mut q = WaitQueue::new();
+        let (a, wa) = waiter();
+        let (b, wb) = waiter();
+        q.push(a.clone(), 1);
+        q.push(b, 2);
+        assert_eq!(q.remove(&a), Some(1));
+        assert_eq!(q.remove(&a), None);
+        assert_eq!(q.front(), Some(&2));
+        let all = q.take_all();
+        assert!(q.is_empty());
+        all.wake_all(Wake::Closed);
+        assert_eq!(wa.outcome(), None);
+        assert_eq!(wb.outcome(), Some(Wake::Closed));
+    }
+}

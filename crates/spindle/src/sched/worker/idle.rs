@@ -1,0 +1,115 @@
+//! Nothing to run: spin briefly if in a ping-pong, then sleep — in
+//! `epoll_wait` holding the poller's lease, or on the thread parker — until
+//! woken or the next timer is due (`docs/DESIGN.md`, "Sleeping and
+//! spinning").
+use std::sync::atomic::Ordering;
+use std::thread;
+use std::time::Instant;
+
+use super::{Worker, SHORT_SLEEP_US, SPIN_US};
+use crate::sched::sleep_word::{full_fence, POLLING, SLEEPING};
+
+impl Worker {
+    /// Nothing to run: block in `epoll_wait` (holding the poller's lease)
+    /// or on the thread parker, until woken or the next timer is due.
+    pub(super) fn sleep(&self) {
+        // Spin before parking (`docs/DESIGN.md`, "Sleeping and spinning"),
+        // only when the last sleep was cut
+        // short by a wake — a closed loop with another thread, where a
+        // sleep/wake costs tens of µs of wake-up latency. An idle worker's
+        // sleeps are long, so it does not spin and burns nothing. The spin
+        // watches the queues other workers feed; a lone worker's work comes
+        // from the netpoller and timers, which no spin here would see, so it
+        // goes straight to sleep.
+        if self.last_sleep_short.get() && self.sched.workers.len() > 1 && self.spin_for_work() {
+            return;
+        }
+        let slept_at = Instant::now();
+        self.sleep_inner();
+        self.last_sleep_short
+            .set(slept_at.elapsed() < std::time::Duration::from_micros(SHORT_SLEEP_US));
+    }
+
+    /// Watches the shared queues for up to `SPIN_US`; true if work came.
+    fn spin_for_work(&self) -> bool {
+        let start = Instant::now();
+        loop {
+            for _ in 0..64 {
+                std::hint::spin_loop();
+            }
+            // Queue heads only (atomics, no lock); shutdown and dump
+            // requests are seen by the full check before the real sleep.
+            if self.shared().inbox.head_stamp() != crate::sched::queue::NO_STAMP
+                || self.sched.global.head_stamp() != crate::sched::queue::NO_STAMP
+            {
+                return true;
+            }
+            if start.elapsed() >= std::time::Duration::from_micros(SPIN_US) {
+                return false;
+            }
+        }
+    }
+
+    fn sleep_inner(&self) {
+        let next_deadline = self.state.with(|s| {
+            s.pool.trim();
+            s.timers.next_deadline()
+        });
+        let timeout = next_deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let poller = &self.sched.poller;
+        let leased = poller.try_lease();
+        let me = self.shared();
+        let state = if leased { POLLING } else { SLEEPING };
+        me.sleep.announce(state);
+        self.sched.sleepers.fetch_add(1, Ordering::SeqCst);
+        // The sleeper's half of the handshake (`sleep_word`): pushes made
+        // before this fence are seen by the checks below; pushes after it
+        // see the announcement and wake us.
+        full_fence();
+        // A waker called on this thread (a timer that woke a future) pushes
+        // to the local queue, which no other thread's wake would announce.
+        let local_work = self.with_local(|local| local.len() > 0);
+        if local_work || self.sched.has_visible_work(self.index) || self.stealable_elsewhere() {
+            self.wake_self(state);
+            if leased {
+                poller.release_lease();
+            }
+            return;
+        }
+        if leased {
+            self.poll_events(timeout);
+            self.last_poll.set(Instant::now());
+            self.wake_self(state);
+            poller.release_lease();
+            // Hand the lease on: if others sleep on their parker while we go
+            // back to work, one of them should be the one in epoll_wait.
+            let have_work = self.with_local(|local| local.len() > 0);
+            if have_work && self.sched.sleepers.load(Ordering::SeqCst) > 0 {
+                self.sched.wake_one_sleeper();
+            }
+        } else {
+            let until = next_deadline;
+            while me.sleep.is(SLEEPING) && !self.sched.is_shutdown() {
+                match until {
+                    Some(d) => {
+                        let now = Instant::now();
+                        if now >= d {
+                            break;
+                        }
+                        thread::park_timeout(d - now);
+                    }
+                    None => thread::park(),
+                }
+            }
+            self.wake_self(state);
+        }
+    }
+
+    /// Leaves a sleep state this worker entered itself, unless a waker
+    /// already did (and counted it).
+    fn wake_self(&self, state: u8) {
+        if self.shared().sleep.leave(state) {
+            self.sched.sleepers.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}

@@ -1,0 +1,331 @@
+//! A worker thread: its loop, its private state, and how fibers find it.
+//!
+//! ```text
+//! loop {
+//!     shutdown?            -> stop every fiber this worker owns, exit  (shutdown.rs)
+//!     oldest runnable head -> resume it; requeue (yield), park, or retire it  (run.rs)
+//!     nothing runnable     -> steal a batch of a victim's unstarted fibers  (steal.rs)
+//!     nothing to steal     -> trim pooled stacks, sleep until woken  (idle.rs)
+//! }
+//! ```
+//!
+//! `context.rs` is how code running on the worker — the loop, or one of its
+//! fibers — reaches it: the thread-local, the one accessor other modules
+//! use ([`with_current`]), and the services a fiber asks of its worker (arm
+//! a timer, queue a wake, reserve a stack). `diag.rs` is its part of dumps
+//! and stall reports.
+//!
+//! # The worker's private state
+//!
+//! [`Worker`] lives on the worker thread's own stack and is reached through
+//! the `WORKER` thread-local, so only that thread ever sees it. What the
+//! loop and the fibers of the worker both change — the live table, the
+//! stack pool, the timers, the epoll buffer, the steal batch — is one
+//! [`LoopState`] in one [`LoopCell`], under one rule:
+//!
+//! > A borrow of the loop state is never held across a fiber resume, nor
+//! > across a call that can run user code (a `Drop`, a waker) or reach
+//! > another borrow.
+//!
+//! The loop and the fibers of a worker take turns on one thread (the loop is
+//! suspended inside `resume` while a fiber runs), so with that rule two
+//! borrows never overlap. Debug builds check it: a second borrow while one
+//! is live panics. The local run queue is not in the cell: a thief may take
+//! from it while the worker is stalled, so it has a lock of its own
+//! (`queue::SharedLocal`), which the loop holds except while it resumes a
+//! fiber.
+
+mod context;
+mod diag;
+mod idle;
+mod run;
+mod shutdown;
+mod steal;
+
+use std::cell::{Cell, UnsafeCell};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread;
+use std::time::Instant;
+
+use super::queue::{Entry, LocalQueue};
+use super::{Scheduler, WorkerShared};
+use crate::fiber::overflow::AltStack;
+use crate::fiber::stack::StackPool;
+use crate::fiber::FiberRef;
+use crate::poll::timer::TimerHeap;
+
+pub(crate) use context::{
+    arm_timer, can_park, current_fiber, drive_in_place, in_block_on_poll, note_dead_timer,
+    on_fiber, push_if_owner, push_new_here, report_here, reserve_here, with_current, BlockOnPoll,
+};
+
+/// Most entries moved from a shared queue to the local one per lock.
+const BATCH: usize = 32;
+
+/// A worker with a local backlog of unstarted fibers looks for sleeping
+/// workers to hand half of it to every this many dispatches.
+pub(crate) const SHED_EVERY: u64 = 64;
+
+/// Longest spin of an idle worker before it sleeps (see `Worker::sleep`).
+const SPIN_US: u64 = 30;
+/// A sleep shorter than this counts as "cut short by a wake".
+const SHORT_SLEEP_US: u64 = 200;
+
+/// Unstarted fibers a worker keeps in its local queue before new spawns
+/// go to its inbox, where idle workers steal from.
+const LOCAL_SPAWN_BACKLOG: usize = 32;
+
+/// Fiber ids a worker takes from the global counter at a time.
+const ID_BLOCK: u64 = 1024;
+
+/// Bytes of malloc heap a worker thread makes accessible up front.
+const ARENA_WARMUP: usize = 32 << 20;
+
+/// Grows this thread's malloc arena once, by [`ARENA_WARMUP`], and gives
+/// the memory straight back.
+///
+/// A worker allocates a fiber core per spawn. glibc grows a thread's (non-
+/// main) arena by exactly what an allocation needs, one `mprotect` per
+/// 4 KiB page, and never again below the highest size it reached; a burst
+/// of 100 000 spawns made 8 000 `mprotect` calls, a third of the burst's
+/// time. Growing it once in 120 KiB steps (below the size malloc serves by
+/// `mmap`) costs a few hundred calls at start and no memory: freeing it
+/// all lets malloc trim the pages (`MADV_DONTNEED`) while the arena keeps
+/// its accessible size.
+fn warm_malloc_arena() {
+    if !cfg!(all(target_os = "linux", target_env = "gnu")) {
+        return;
+    }
+    const STEP: usize = 120 << 10;
+    // Uninitialised capacity: malloc writes its chunk headers only, so the
+    // warm-up touches one page per block, not the whole block. Fallible: a
+    // process under a tight `RLIMIT_AS` warms what it can and goes on (an
+    // aborting allocation here would take the process down at worker
+    // start).
+    let mut blocks: Vec<Vec<u8>> = Vec::new();
+    if blocks.try_reserve_exact(ARENA_WARMUP / STEP).is_err() {
+        return;
+    }
+    for _ in 0..ARENA_WARMUP / STEP {
+        let mut block = Vec::new();
+        if block.try_reserve_exact(STEP).is_err() {
+            break;
+        }
+        blocks.push(block);
+    }
+    drop(std::hint::black_box(blocks));
+}
+
+/// A worker's private state.
+pub(crate) struct Worker {
+    sched: Arc<Scheduler>,
+    index: usize,
+    /// Whether the loop holds this worker's local-queue lock (it does
+    /// except while it resumes a fiber; see `SharedLocal`).
+    loop_holds: Cell<bool>,
+    /// What the loop and this worker's fibers both change (module docs).
+    state: LoopCell,
+    /// The fiber being resumed (points at the loop's own `FiberRef`).
+    current: Cell<*const FiberRef>,
+    /// Next fiber id to hand out and the end of this worker's id block.
+    ids: Cell<(u64, u64)>,
+    dispatches: Cell<u64>,
+    /// The last dump request this worker answered.
+    dump_answered: Cell<u64>,
+    /// Whether the last sleep ended soon after it began (a ping-pong with
+    /// another thread): then the next idle spell spins before sleeping.
+    last_sleep_short: Cell<bool>,
+    last_poll: Cell<Instant>,
+    /// When the timers were last looked at, and the stamp clock then.
+    timer_sample: Cell<(Instant, super::queue::Stamp)>,
+}
+
+/// The worker state the loop and its fibers share (see the module docs).
+struct LoopState {
+    live: LiveTable,
+    pool: StackPool,
+    /// Scratch for moving entries between queues.
+    batch: Vec<Entry>,
+    /// Deadlines of this worker's fibers (see `poll::timer`).
+    timers: TimerHeap,
+    /// Buffer for `epoll_wait` (taken out while a poll delivers events,
+    /// since delivery wakes wakers).
+    events: Vec<libc::epoll_event>,
+}
+
+/// The one cell around [`LoopState`], with a borrow flag in debug builds.
+struct LoopCell {
+    state: UnsafeCell<LoopState>,
+    #[cfg(debug_assertions)]
+    borrowed: Cell<bool>,
+}
+
+impl LoopCell {
+    fn new(state: LoopState) -> LoopCell {
+        LoopCell {
+            state: UnsafeCell::new(state),
+            #[cfg(debug_assertions)]
+            borrowed: Cell::new(false),
+        }
+    }
+
+    /// Runs `f` with the state borrowed. `f` must keep the rule of the
+    /// module docs: no resume, no user code, no nested borrow.
+    #[inline]
+    fn with<R>(&self, f: impl FnOnce(&mut LoopState) -> R) -> R {
+        #[cfg(debug_assertions)]
+        let _flag = {
+            assert!(
+                !self.borrowed.replace(true),
+                "spindle: the worker's loop state was borrowed twice"
+            );
+            BorrowFlag(&self.borrowed)
+        };
+        // SAFETY: `Worker` (and so this cell) is reached only from its own
+        // thread, through the `WORKER` thread-local; the loop and the
+        // worker's fibers run one at a time on that thread; and by the rule
+        // above no other borrow is live while `f` runs (debug builds check).
+        f(unsafe { &mut *self.state.get() })
+    }
+}
+
+/// Clears the debug borrow flag, also when `f` panics.
+#[cfg(debug_assertions)]
+struct BorrowFlag<'a>(&'a Cell<bool>);
+
+#[cfg(debug_assertions)]
+impl Drop for BorrowFlag<'_> {
+    fn drop(&mut self) {
+        self.0.set(false);
+    }
+}
+
+/// Fibers this worker has started and not yet retired.
+struct LiveTable {
+    slots: Vec<Option<FiberRef>>,
+    free: Vec<usize>,
+    /// Fibers started so far (the next `start_seq`).
+    started: u64,
+}
+
+impl LiveTable {
+    fn insert(&mut self, fiber: FiberRef) {
+        self.started += 1;
+        fiber.header.start_seq.set(self.started);
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+        };
+        fiber.header.slot.set(idx);
+        self.slots[idx] = Some(fiber);
+    }
+
+    fn remove(&mut self, fiber: &FiberRef) -> Option<FiberRef> {
+        let idx = fiber.header.slot.replace(usize::MAX);
+        let taken = self.slots.get_mut(idx)?.take();
+        self.free.push(idx);
+        taken
+    }
+
+    /// The live fibers, in table order.
+    fn iter(&self) -> impl Iterator<Item = &FiberRef> {
+        self.slots.iter().flatten()
+    }
+
+    /// Takes every live fiber, most recently started first: a fiber is
+    /// started after the fiber that spawned it, so a scope's children on
+    /// this worker are unwound before the parent that waits for them.
+    fn drain(&mut self) -> Vec<FiberRef> {
+        self.free.clear();
+        let mut all: Vec<FiberRef> = self.slots.drain(..).flatten().collect();
+        all.sort_by_key(|f| std::cmp::Reverse(f.header.start_seq.get()));
+        all
+    }
+}
+
+/// Body of a worker thread.
+pub(crate) fn run(sched: Arc<Scheduler>, index: usize) {
+    let _alt_stack = AltStack::ensure();
+    warm_malloc_arena();
+    let _ = sched.workers[index].thread.set(thread::current());
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    sched.workers[index].tid.store(tid, Ordering::Relaxed);
+    let worker = Worker {
+        index,
+        loop_holds: Cell::new(false),
+        state: LoopCell::new(LoopState {
+            live: LiveTable {
+                slots: Vec::new(),
+                free: Vec::new(),
+                started: 0,
+            },
+            pool: StackPool::new(sched.config.max_pooled_stacks, sched.config.stack_class),
+            batch: Vec::with_capacity(BATCH),
+            timers: TimerHeap::default(),
+            events: Vec::with_capacity(256),
+        }),
+        current: Cell::new(std::ptr::null()),
+        ids: Cell::new((0, 0)),
+        dispatches: Cell::new(0),
+        dump_answered: Cell::new(0),
+        last_sleep_short: Cell::new(false),
+        last_poll: Cell::new(Instant::now()),
+        timer_sample: Cell::new((Instant::now(), 0)),
+        sched,
+    };
+    context::enter(&worker);
+    worker.shared().local.enter();
+    worker.loop_holds.set(true);
+    worker.run_loop();
+    worker.stop_all();
+    context::leave();
+    let sched = worker.sched.clone();
+    drop(worker);
+    let mut running = sched
+        .running_workers
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    *running -= 1;
+    sched.workers_done.notify_all();
+}
+
+impl Worker {
+    fn shared(&self) -> &WorkerShared {
+        &self.sched.workers[self.index]
+    }
+
+    /// Runs `f` on the local queue from any context on this thread: the
+    /// loop's own (lock held) or a fiber's (takes the lock, which only a
+    /// thief stealing from a stalled worker may hold meanwhile).
+    fn with_local<R>(&self, f: impl FnOnce(&mut LocalQueue) -> R) -> R {
+        if self.loop_holds.get() {
+            // SAFETY: the loop holds the lock and no borrow of the queue
+            // is live across this call (the loop's borrows are scoped).
+            return f(unsafe { self.shared().local.get() });
+        }
+        let local = &self.shared().local;
+        local.enter();
+        // SAFETY: we are inside (see `SharedLocal`).
+        let r = f(unsafe { local.get() });
+        local.leave();
+        r
+    }
+
+    /// Bumps a counter only this thread writes, without a locked RMW.
+    fn bump(counter: &std::sync::atomic::AtomicU64) {
+        counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Release);
+    }
+
+    fn count_spawned(&self) {
+        Self::bump(&self.shared().spawned);
+    }
+
+    fn count_finished(&self) {
+        Self::bump(&self.shared().finished);
+    }
+}

@@ -1,0 +1,250 @@
+//! The loop: pick the oldest runnable head, resume it, file it.
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::{Worker, BATCH, SHED_EVERY};
+use crate::fiber::{self, FiberRef, Outcome};
+use crate::sched::queue::Entry;
+
+impl Worker {
+    pub(super) fn run_loop(&self) {
+        loop {
+            if self.sched.is_shutdown() {
+                return;
+            }
+            if self.sched.is_cancelling() && !self.shared().cancelled_all.load(Ordering::Relaxed) {
+                self.cancel_all();
+            }
+            let gen = self.sched.dump_gen.load(Ordering::Relaxed);
+            if gen != self.dump_answered.get() {
+                self.answer_dump(gen);
+            }
+            self.timers_per_dispatch();
+            if let Some(entry) = self.next() {
+                self.dispatch(entry.fiber);
+                let n = self.dispatches.get() + 1;
+                self.dispatches.set(n);
+                if n % 16 == 0 {
+                    self.tick();
+                    if n % SHED_EVERY == 0 {
+                        self.shared().dispatches.store(n, Ordering::Relaxed);
+                        self.shed();
+                    }
+                }
+                continue;
+            }
+            if self.fire_timers(Instant::now()) > 0 || self.steal() {
+                continue;
+            }
+            self.sleep();
+        }
+    }
+
+    /// The oldest runnable entry among the local queue, the inbox and the
+    /// global queue.
+    fn next(&self) -> Option<Entry> {
+        self.with_local(|local| {
+            let local_head = local.head_stamp();
+            let inbox = &self.shared().inbox;
+            let inbox_head = inbox.head_stamp();
+            let global_head = self.sched.global.head_stamp();
+            if local_head <= inbox_head && local_head <= global_head {
+                return local.pop();
+            }
+            self.state.with(|s| {
+                let batch = &mut s.batch;
+                if inbox_head <= global_head {
+                    inbox.take_older(local_head.min(global_head), BATCH, batch);
+                } else {
+                    let fair_share = self.sched.global.len() / self.sched.workers.len() + 1;
+                    self.sched.global.take_older(
+                        local_head.min(inbox_head),
+                        fair_share.min(BATCH),
+                        batch,
+                    );
+                }
+                local.prepend(batch);
+            });
+            local.pop()
+        })
+    }
+
+    /// Runs one fiber until it switches back, then files it.
+    fn dispatch(&self, fiber: FiberRef) {
+        let header = &fiber.header;
+        if !header.is_started() {
+            header.owner.store(self.index, Ordering::Release);
+            let prepared = self.state.with(|s| {
+                // SAFETY: this worker now owns the unstarted fiber and runs
+                // no fiber meanwhile (we are in the loop, between resumes).
+                let prepared = unsafe { fiber::prepare(&fiber, &mut s.pool) };
+                if prepared {
+                    s.live.insert(fiber.clone());
+                }
+                prepared
+            });
+            if !prepared {
+                // No stack: drop the closure (user code) outside the borrow.
+                fiber.body.discard();
+                self.retire(&fiber, None);
+                return;
+            }
+        }
+        self.current.set(&fiber);
+        let shared = self.shared();
+        let seq = self.dispatches.get();
+        shared.dispatch_seq.store(seq, Ordering::Relaxed);
+        shared.running_fiber.store(header.id, Ordering::Relaxed);
+        shared
+            .running_header
+            .store(std::ptr::from_ref(header).cast_mut(), Ordering::Release);
+        // While the fiber runs, the local queue's lock is free: the fiber's
+        // own wakes and spawns take it, and so may a thief if the fiber
+        // blocks this thread in a call (the stall detector marks us).
+        self.loop_holds.set(false);
+        shared.local.leave();
+        // SAFETY: this worker is the fiber's owner (just claimed, or it was
+        // queued here because it is), the fiber is not queued elsewhere
+        // (one token holder schedules it), and we are not on a fiber.
+        let outcome = unsafe { fiber::resume(&fiber) };
+        shared.local.enter();
+        self.loop_holds.set(true);
+        self.current.set(std::ptr::null());
+        shared.running_fiber.store(0, Ordering::Relaxed);
+        shared
+            .running_header
+            .store(std::ptr::null_mut(), Ordering::Relaxed);
+        if shared.local.stalled.load(Ordering::Relaxed) {
+            shared.local.stalled.store(false, Ordering::Relaxed);
+        }
+        if shared.stalled_seq.load(Ordering::Relaxed) == seq {
+            self.report_stall(&fiber);
+        }
+        match outcome {
+            Outcome::Yielded => self.requeue(fiber, true),
+            Outcome::Parked => {
+                if !header.finish_park() {
+                    // Woken between its switch and now: run it again.
+                    self.requeue(fiber, false);
+                }
+            }
+            Outcome::Finished(stack) => {
+                let entry = self.state.with(|s| s.live.remove(&fiber));
+                drop(entry);
+                self.retire(&fiber, stack);
+            }
+        }
+    }
+
+    /// Queues a fiber that switched back runnable: it yielded, or it was
+    /// woken between its park and the loop's `finish_park`.
+    fn requeue(&self, fiber: FiberRef, yielded: bool) {
+        let stamp = self.sched.stamp();
+        let len = self.with_local(|local| {
+            local.push(Entry {
+                stamp,
+                fiber,
+                yielded,
+            });
+            local.published_len()
+        });
+        self.shared().local_len.store(len, Ordering::Relaxed);
+    }
+
+    /// Files a finished fiber: its stack to the pool, the counters, then
+    /// its joiner (last, so a woken joiner sees the counters).
+    fn retire(&self, fiber: &FiberRef, stack: Option<crate::fiber::stack::FiberStack>) {
+        if let Some(stack) = stack {
+            let pooled = self.state.with(|s| {
+                s.pool.put(stack);
+                s.pool.len()
+            });
+            self.shared().stacks_pooled.store(pooled, Ordering::Relaxed);
+        }
+        if fiber.header.state() & crate::fiber::state::CANCELLED != 0 && self.sched.is_cancelling()
+        {
+            self.sched.stopped.fetch_add(1, Ordering::Relaxed);
+        }
+        self.count_finished();
+        fiber::complete(fiber, false);
+    }
+
+    /// Busy-worker duties, every 16 dispatches: fire due timers, and poll
+    /// the netpoller without blocking at most once per `poll::CADENCE`.
+    fn tick(&self) {
+        let no_timers = self.state.with(|s| s.timers.is_empty());
+        let poller = &self.sched.poller;
+        if no_timers && !poller.has_registrations() {
+            return;
+        }
+        let now = Instant::now();
+        self.fire_timers(now);
+        if poller.has_registrations()
+            && now.duration_since(self.last_poll.get()) >= crate::poll::CADENCE
+        {
+            self.last_poll.set(now);
+            if poller.try_lease() {
+                self.poll_events(Some(std::time::Duration::ZERO));
+                poller.release_lease();
+            }
+        }
+    }
+
+    /// Polls the netpoller, whose lease the caller holds, and delivers what
+    /// is ready. The event buffer is taken out of the loop state meanwhile:
+    /// delivery wakes wakers, which are user code.
+    pub(super) fn poll_events(&self, timeout: Option<std::time::Duration>) {
+        let mut events = self.state.with(|s| std::mem::take(&mut s.events));
+        self.sched.poller.poll(&mut events, timeout);
+        self.state.with(|s| s.events = events);
+    }
+
+    /// Fires this worker's due timers; returns how many fiber waits ended
+    /// or wakers were woken.
+    ///
+    /// A fiber whose timer fired enters the service order by its deadline,
+    /// not by the moment the loop noticed: it gets the stamp the clock had
+    /// at the last dispatch before the deadline (`timer_sample`), so it runs
+    /// ahead of every fiber queued after its deadline — a 10 ms sleep among
+    /// yielders waits for the fiber running at its deadline, not for a pass.
+    pub(super) fn fire_timers(&self, now: Instant) -> usize {
+        if self.state.with(|s| s.timers.is_empty()) {
+            return 0;
+        }
+        let (sampled_at, sampled_stamp) = self.timer_sample.get();
+        let head = self.with_local(|local| local.head_stamp());
+        let mut wakers = Vec::new();
+        // Ending a fiber's wait only queues the fiber (the local queue is
+        // not in the loop state); wakers are user code, woken after.
+        let ended = self.state.with(|s| {
+            s.timers.fire_due(
+                now,
+                |deadline| {
+                    if deadline >= sampled_at {
+                        sampled_stamp
+                    } else {
+                        // Overdue by more than one dispatch: next in line.
+                        sampled_stamp.min(head)
+                    }
+                },
+                &mut wakers,
+            )
+        });
+        self.timer_sample.set((now, self.sched.current_stamp()));
+        let fired = ended + wakers.len();
+        for w in wakers {
+            w.wake();
+        }
+        fired
+    }
+
+    /// Per dispatch: fire the timers that are due (cheap when none are
+    /// armed: one emptiness check).
+    #[inline]
+    fn timers_per_dispatch(&self) {
+        if self.state.with(|s| s.timers.is_empty()) {
+            return;
+        }
+        self.fire_timers(Instant::now());
+    }
+}
