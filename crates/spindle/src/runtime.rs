@@ -337,11 +337,28 @@ impl Runtime {
         self.sched.cancelling.store(true, Ordering::SeqCst);
         self.sched.wake_all();
         let mut alive = self.sched.live_fibers();
-        if !on_own_worker {
+        if !on_own_worker && alive > 0 {
+            // Wait for the last fiber to finish (the worker that retires it
+            // signals `fibers_done`), at most `grace`. The count is checked
+            // under the lock the signaller takes, so the signal is not lost.
             let deadline = Instant::now() + grace;
-            while alive > 0 && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(1));
+            let mut guard = self
+                .sched
+                .running_workers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            loop {
                 alive = self.sched.live_fibers();
+                let now = Instant::now();
+                if alive == 0 || now >= deadline {
+                    break;
+                }
+                guard = self
+                    .sched
+                    .fibers_done
+                    .wait_timeout(guard, deadline - now)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
             }
         }
         self.sched.shutdown.store(true, Ordering::SeqCst);

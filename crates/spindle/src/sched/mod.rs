@@ -126,6 +126,10 @@ pub(crate) struct Scheduler {
     /// Workers still running their loop; shutdown waits for zero.
     pub(crate) running_workers: Mutex<usize>,
     pub(crate) workers_done: Condvar,
+    /// Signalled (with `running_workers`' lock) when, during shutdown's
+    /// phase one, the last live fiber finishes: `Runtime::stop` waits on it
+    /// for the grace period instead of polling.
+    pub(crate) fibers_done: Condvar,
     /// Fibers stopped by shutdown (unwound or never started).
     pub(crate) stopped: AtomicUsize,
     /// Waits of this runtime's fibers published and not yet ended.
@@ -220,6 +224,7 @@ impl Scheduler {
             cancelling: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
             workers_done: Condvar::new(),
+            fibers_done: Condvar::new(),
             stopped: AtomicUsize::new(0),
             registrations: AtomicUsize::new(0),
             dump_gen: AtomicU64::new(0),
@@ -261,6 +266,19 @@ impl Scheduler {
     /// Counts a spawn made off the workers.
     pub(crate) fn count_spawned_elsewhere(&self) {
         self.spawned_elsewhere.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// During shutdown's phase one: tells a waiting `Runtime::stop` when no
+    /// fiber is left. Called after a fiber's finish was counted.
+    pub(crate) fn note_finished_while_cancelling(&self) {
+        if self.live_fibers() == 0 {
+            // Taking the lock orders this wake after the waiter's check.
+            let _running = self
+                .running_workers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            self.fibers_done.notify_all();
+        }
     }
 
     /// Counts a fiber retired off the workers (shutdown leftovers).

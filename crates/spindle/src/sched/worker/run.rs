@@ -166,6 +166,9 @@ impl Worker {
             self.sched.stopped.fetch_add(1, Ordering::Relaxed);
         }
         self.count_finished();
+        if self.sched.is_cancelling() {
+            self.sched.note_finished_while_cancelling();
+        }
         fiber::complete(fiber, false);
     }
 
