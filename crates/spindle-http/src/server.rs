@@ -66,8 +66,12 @@ struct ServerState {
     accept_fiber: Mutex<Option<spindle::Fiber>>,
     /// Open connections: their fiber and whether they sit idle between
     /// requests.
-    conns:
-        Mutex<std::collections::HashMap<u64, (spindle::Fiber, Arc<std::sync::atomic::AtomicBool>)>>,
+    /// A fiber-aware lock: `drain` waits on `closed` under it.
+    conns: spindle::sync::Mutex<
+        std::collections::HashMap<u64, (spindle::Fiber, Arc<std::sync::atomic::AtomicBool>)>,
+    >,
+    /// Signalled each time a connection closes.
+    closed: spindle::sync::Condvar,
 }
 
 /// Controls a running [`Server`] from another fiber or thread.
@@ -92,54 +96,44 @@ impl ServerHandle {
         {
             f.cancel();
         }
-        for (fiber, idle) in self
-            .state
-            .conns
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-        {
+        for (fiber, idle) in self.state.conns.lock().values() {
             if idle.load(Ordering::SeqCst) {
                 fiber.cancel();
             }
         }
-        loop {
-            let left = self
-                .state
-                .conns
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .len();
-            if left == 0 {
-                return 0;
+        // Wait for the connections to close (each one's exit signals
+        // `closed`), until the deadline.
+        let mut conns = self.state.conns.lock();
+        while !conns.is_empty() {
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                break;
             }
-            if std::time::Instant::now() >= deadline {
-                let cancelled = {
-                    let conns = self.state.conns.lock().unwrap_or_else(|e| e.into_inner());
-                    for (fiber, _) in conns.values() {
-                        fiber.cancel();
-                    }
-                    conns.len()
-                };
-                // Cancelled waits fail at once; give the fibers a moment to
-                // run their failure paths and leave.
-                let grace = std::time::Instant::now() + Duration::from_secs(1);
-                while self.connections() > 0 && std::time::Instant::now() < grace {
-                    spindle::time::sleep(Duration::from_millis(2));
-                }
-                return cancelled;
-            }
-            spindle::time::sleep(Duration::from_millis(2));
+            conns = self.state.closed.wait_timeout(conns, deadline - now).0;
         }
+        if conns.is_empty() {
+            return 0;
+        }
+        for (fiber, _) in conns.values() {
+            fiber.cancel();
+        }
+        let cancelled = conns.len();
+        // Cancelled waits fail at once; give the fibers a moment to run
+        // their failure paths and leave.
+        let grace = std::time::Instant::now() + Duration::from_secs(1);
+        while !conns.is_empty() {
+            let now = std::time::Instant::now();
+            if now >= grace {
+                break;
+            }
+            conns = self.state.closed.wait_timeout(conns, grace - now).0;
+        }
+        cancelled
     }
 
     /// Open connections right now.
     pub fn connections(&self) -> usize {
-        self.state
-            .conns
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .len()
+        self.state.conns.lock().len()
     }
 }
 
@@ -246,9 +240,11 @@ impl Server {
                 struct Unregister(Arc<ServerState>, Arc<AtomicUsize>, u64);
                 impl Drop for Unregister {
                     fn drop(&mut self) {
-                        let mut conns = self.0.conns.lock().unwrap_or_else(|e| e.into_inner());
+                        let mut conns = self.0.conns.lock();
                         conns.remove(&self.2);
                         self.1.fetch_sub(1, Ordering::Relaxed);
+                        drop(conns);
+                        self.0.closed.notify_all();
                     }
                 }
                 let id = spindle::current().map(|f| f.id()).unwrap_or(0);
@@ -261,11 +257,7 @@ impl Server {
             match spawned {
                 Ok(h) => {
                     let f = h.fiber().clone();
-                    state
-                        .conns
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(f.id(), (f, idle));
+                    state.conns.lock().insert(f.id(), (f, idle));
                     let _ = registered_tx.send(());
                 }
                 Err(_) => {

@@ -1,18 +1,22 @@
 //! The model-checking seam: the synchronisation types the runtime's
 //! cross-thread protocols are written with.
 //!
-//! Normally these are std's. Built with `--cfg spindle_loom` (see
-//! `tests/loom_models.rs` and `docs/HACKING.md`, "Model checks") they are
-//! [loom]'s, which runs a protocol under every interleaving and memory
-//! ordering it allows. Only the protocol modules (`fiber/token.rs`,
-//! `sched/handshake.rs`, `sched/sleep_word.rs`) use this facade; they depend on nothing else in the
-//! crate, so the model tests compile them on their own.
+//! Normally these are std's. In the model tests — `tests/loom_models.rs`,
+//! built with `--cfg spindle_loom` (see `docs/HACKING.md`, "Model checks")
+//! — they are [loom]'s, which runs a protocol under every interleaving and
+//! memory ordering it allows. The library itself always gets std's (loom's
+//! atomics are not `const`), so the loom types apply only where both
+//! `spindle_loom` and `test` are set: in the model test crate. Only the
+//! protocol modules (`fiber/token.rs`, `sched/handshake.rs`,
+//! `sched/sleep_word.rs`, `sync/lock_word.rs`) use this facade; they depend
+//! on nothing else in the crate, so the model tests compile them on their
+//! own.
 //!
 //! [loom]: https://docs.rs/loom
 
 #![allow(unused_imports)]
 
-#[cfg(not(spindle_loom))]
+#[cfg(not(all(spindle_loom, test)))]
 pub(crate) mod sync {
     pub(crate) mod atomic {
         pub(crate) use std::sync::atomic::{
@@ -22,7 +26,7 @@ pub(crate) mod sync {
     pub(crate) use std::sync::Arc;
 }
 
-#[cfg(spindle_loom)]
+#[cfg(all(spindle_loom, test))]
 pub(crate) mod sync {
     pub(crate) mod atomic {
         pub(crate) use ::loom::sync::atomic::{
@@ -33,7 +37,7 @@ pub(crate) mod sync {
 }
 
 /// Only the model tests use a cell through the facade.
-#[cfg(spindle_loom)]
+#[cfg(all(spindle_loom, test))]
 pub(crate) mod cell {
     pub(crate) use ::loom::cell::UnsafeCell;
 }

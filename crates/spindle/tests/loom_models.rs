@@ -24,3 +24,6 @@ mod handshake;
 
 #[path = "../src/sched/sleep_word.rs"]
 mod sleep_word;
+
+#[path = "../src/sync/lock_word.rs"]
+mod lock_word;

@@ -135,7 +135,7 @@ pub(crate) struct FiberHeader {
     /// The current wait: `seq << 8 | outcome` (see `wait`).
     wait: token::WaitWord,
     /// `JoinHandle::cancel` was called (or the runtime is stopping).
-    pub(crate) cancelled: AtomicBool,
+    pub(crate) cancelled: token::CancelFlag,
     /// The innermost `time::timeout` deadline of this fiber (owner only).
     pub(crate) deadline: Cell<Option<std::time::Instant>>,
     /// The `timeout` deadline that last cut a wait short (owner only).
@@ -189,7 +189,7 @@ impl FiberHeader {
             slot: Cell::new(usize::MAX),
             yielder: Cell::new(std::ptr::null()),
             wait: token::WaitWord::new(),
-            cancelled: AtomicBool::new(false),
+            cancelled: token::CancelFlag::new(),
             deadline: Cell::new(None),
             elapsed: Cell::new(None),
             waiting_on: Cell::new(WaitKind::Running),
@@ -330,7 +330,7 @@ where
     fn run(&self, header: &FiberHeader) {
         // SAFETY: called once by the owner worker (see the Sync impl).
         let f = unsafe { (*self.f.get()).take() }.expect("fiber body run twice");
-        if header.cancelled.load(Ordering::SeqCst) {
+        if header.cancelled.is_raised() {
             // Cancelled before it could start: never run, join says so.
             drop_quietly(f, "a cancelled fiber's closure");
             header.state.set(state::CANCELLED);

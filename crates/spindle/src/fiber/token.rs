@@ -24,7 +24,7 @@
 //! outcome ([`WaitWord::complete`]). Exactly one wins. A party holding an
 //! older `seq` can never end a later wait.
 
-use crate::loom::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use crate::loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, Ordering};
 
 const EMPTY: u8 = 0;
 const NOTIFIED: u8 = 1;
@@ -111,6 +111,48 @@ impl WaitWord {
                 Ordering::Acquire,
             )
             .is_ok()
+    }
+}
+
+/// A fiber's cancel flag, and its handshake with the wait word.
+///
+/// # The protocol
+///
+/// The canceller raises the flag, runs a full fence, then reads the wait
+/// word and, if a wait is pending, races to end it with `Cancelled`
+/// ([`raise`](Self::raise), then [`WaitWord::load`]). A waiter publishes its
+/// wait ([`WaitWord::begin`] and its registration), runs a full fence, then
+/// reads the flag ([`seen_after_publish`](Self::seen_after_publish)) and
+/// ends its own wait if it is raised. With a fence between each side's
+/// write and its read, at least one of them sees the other, so a cancel
+/// that comes while a wait starts is never lost.
+#[derive(Debug)]
+pub(crate) struct CancelFlag(AtomicBool);
+
+impl CancelFlag {
+    pub(crate) fn new() -> CancelFlag {
+        CancelFlag(AtomicBool::new(false))
+    }
+
+    /// Raises the flag (the canceller's write and fence; it reads the wait
+    /// word next).
+    #[inline]
+    pub(crate) fn raise(&self) {
+        self.0.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+    }
+
+    /// Whether the flag is raised (a plain check, outside the handshake).
+    #[inline]
+    pub(crate) fn is_raised(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    /// The waiter's read, after it published its wait: fence, then the flag.
+    #[inline]
+    pub(crate) fn seen_after_publish(&self) -> bool {
+        fence(Ordering::SeqCst);
+        self.0.load(Ordering::SeqCst)
     }
 }
 
@@ -346,6 +388,33 @@ mod models {
             let owners = received.is_some() as u8 + returned.is_some() as u8;
             assert_eq!(owners, 1, "the value was lost or duplicated");
             assert_eq!(received.is_some(), !timed_out);
+        });
+    }
+
+    /// A cancel races a wait being published (`fiber::wait::cancel` against
+    /// `sched::park::wait`): the waiter sees the flag, or the canceller sees
+    /// the pending wait and ends it — the cancel is never lost.
+    #[test]
+    fn a_cancel_during_a_wait_start_is_never_lost() {
+        ::loom::model(|| {
+            let word = Arc::new(WaitWord::new());
+            let flag = Arc::new(CancelFlag::new());
+            let (w, f) = (word.clone(), flag.clone());
+            let canceller = thread::spawn(move || {
+                f.raise();
+                let current = w.load();
+                current & 0xff == WAITING as u64 && w.complete(current >> 8, WAITING, CANCELLED)
+            });
+            let seq = word.begin(WAITING);
+            let saw_flag = flag.seen_after_publish();
+            let ended_itself = saw_flag && word.complete(seq, WAITING, CANCELLED);
+            let cancelled_it = canceller.join().unwrap();
+            assert!(
+                saw_flag || cancelled_it,
+                "the cancel was lost: the wait goes on"
+            );
+            assert!(!(ended_itself && cancelled_it), "one winner");
+            assert_eq!(word.load(), seq << 8 | CANCELLED as u64);
         });
     }
 

@@ -303,7 +303,7 @@ pub(crate) fn cancelled_io_error() -> std::io::Error {
 pub(crate) fn current_is_cancelled() -> bool {
     let header = super::running_header();
     // SAFETY: the running fiber's header lives while it runs.
-    !header.is_null() && unsafe { &*header }.cancelled.load(Ordering::SeqCst)
+    !header.is_null() && unsafe { &*header }.cancelled.is_raised()
 }
 
 /// Unwinds the calling fiber because it was cancelled.
@@ -314,7 +314,9 @@ pub(crate) fn exit_cancelled() -> ! {
 /// Cancels `fiber` (see `JoinHandle::cancel`).
 pub(crate) fn cancel(fiber: &FiberRef) {
     let header = &fiber.header;
-    header.cancelled.store(true, Ordering::SeqCst);
+    // The canceller's half of the handshake (`token::CancelFlag`): raise,
+    // fence, then read the wait word.
+    header.cancelled.raise();
     let word = header.wait.load();
     if word & 0xff == WAITING as u64 {
         let token = WaitToken {

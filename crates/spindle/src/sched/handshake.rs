@@ -76,18 +76,18 @@ impl Handshake {
     }
 }
 
-#[cfg(not(spindle_loom))]
+#[cfg(not(all(spindle_loom, test)))]
 fn spin_hint() {
     std::hint::spin_loop();
 }
 
-#[cfg(spindle_loom)]
+#[cfg(all(spindle_loom, test))]
 fn spin_hint() {
     ::loom::thread::yield_now();
 }
 
 /// The two halves of the asymmetric fence.
-#[cfg(not(spindle_loom))]
+#[cfg(not(all(spindle_loom, test)))]
 mod barrier {
     use std::sync::atomic::{compiler_fence, fence, AtomicU8, Ordering};
 
@@ -153,7 +153,7 @@ mod barrier {
 }
 
 /// Under the model checker both halves are full fences (the fallback).
-#[cfg(spindle_loom)]
+#[cfg(all(spindle_loom, test))]
 mod barrier {
     use crate::loom::sync::atomic::{fence, Ordering};
 
@@ -166,11 +166,11 @@ mod barrier {
     }
 }
 
-#[cfg(not(spindle_loom))]
+#[cfg(not(all(spindle_loom, test)))]
 pub(crate) use barrier::init as init_barrier;
 
 /// Nothing to register under the model checker.
-#[cfg(spindle_loom)]
+#[cfg(all(spindle_loom, test))]
 pub(crate) fn init_barrier() {}
 
 #[cfg(all(test, spindle_loom))]

@@ -136,6 +136,8 @@ pub(crate) struct Scheduler {
     pub(crate) registrations: AtomicUsize,
     /// Bumped to ask every worker for its part of a dump (see `dump`).
     pub(crate) dump_gen: AtomicU64,
+    /// Callers of `dump` waiting for the workers' answers.
+    pub(crate) dump_waiters: Mutex<wait_queue::WaitQueue>,
 }
 
 /// What other threads may see and touch of a worker.
@@ -228,6 +230,7 @@ impl Scheduler {
             stopped: AtomicUsize::new(0),
             registrations: AtomicUsize::new(0),
             dump_gen: AtomicU64::new(0),
+            dump_waiters: Mutex::new(wait_queue::WaitQueue::new()),
         })
     }
 

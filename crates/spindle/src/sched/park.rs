@@ -131,7 +131,7 @@ fn wait_with(
 ) -> Wake {
     let fiber = super::worker::current_fiber().expect("spindle: wait outside a fiber");
     let header = &fiber.header;
-    if !shielded && header.cancelled.load(Ordering::SeqCst) {
+    if !shielded && header.cancelled.is_raised() {
         return Wake::Cancelled;
     }
     let (deadline, from_timeout) = if shielded {
@@ -146,7 +146,9 @@ fn wait_with(
     }
     header.sched.count_wait(true);
     header.waiting_on.set(kind);
-    if !shielded && header.cancelled.load(Ordering::SeqCst) {
+    // The waiter's half of the cancel handshake (`token::CancelFlag`): the
+    // wait is published; fence, then read the flag.
+    if !shielded && header.cancelled.seen_after_publish() {
         token.wake(Wake::Cancelled, false);
     }
     let timed = match deadline {

@@ -10,7 +10,6 @@
 //! [`Reservation`]: crate::fiber::stack::Reservation
 
 use std::io;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::{worker, Scheduler};
@@ -121,7 +120,7 @@ where
     let (fiber, handle) = fiber::new_fiber(id, f, options.name, hook, owner, reservation);
     if sched.is_cancelling() {
         // Spawned during shutdown: born cancelled, it will never run.
-        fiber.header.cancelled.store(true, Ordering::SeqCst);
+        fiber.header.cancelled.raise();
     }
     Ok((fiber, handle))
 }

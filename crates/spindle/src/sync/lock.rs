@@ -32,14 +32,10 @@
 use std::cell::UnsafeCell;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicU8, Ordering};
 
+use super::lock_word::LockWord;
 use crate::sched::park::{self, Notify, WaitKind, Wake};
 use crate::sched::wait_queue::WaitQueue;
-
-const UNLOCKED: u8 = 0;
-const LOCKED: u8 = 1;
-const CONTENDED: u8 = 2;
 
 /// A mutual-exclusion lock whose `lock` parks the fiber, not the worker.
 ///
@@ -66,7 +62,7 @@ const CONTENDED: u8 = 2;
 /// });
 /// ```
 pub struct Mutex<T: ?Sized> {
-    state: AtomicU8,
+    state: LockWord,
     waiters: std::sync::Mutex<WaitQueue>,
     value: UnsafeCell<T>,
 }
@@ -83,7 +79,7 @@ impl<T> Mutex<T> {
     /// A new unlocked mutex.
     pub const fn new(value: T) -> Mutex<T> {
         Mutex {
-            state: AtomicU8::new(UNLOCKED),
+            state: LockWord::new(),
             waiters: std::sync::Mutex::new(WaitQueue::new()),
             value: UnsafeCell::new(value),
         }
@@ -101,11 +97,7 @@ impl<T: ?Sized> Mutex<T> {
     ///
     /// A cancellation point: a cancelled fiber leaves here by unwinding.
     pub fn lock(&self) -> MutexGuard<'_, T> {
-        if self
-            .state
-            .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
-        {
+        if self.state.try_lock() {
             return MutexGuard { lock: self };
         }
         self.lock_slow()
@@ -119,20 +111,10 @@ impl<T: ?Sized> Mutex<T> {
             None,
             |notify| {
                 let mut q = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
-                // Mark the lock contended so its unlock takes the queue —
-                // or, if it was released meanwhile, take it instead. A CAS,
-                // not a store: an unlock's fast path may run concurrently.
-                let mut s = self.state.load(Ordering::Relaxed);
-                loop {
-                    let next = if s == UNLOCKED { LOCKED } else { CONTENDED };
-                    match self
-                        .state
-                        .compare_exchange(s, next, Ordering::Acquire, Ordering::Relaxed)
-                    {
-                        Ok(_) if s == UNLOCKED => return false,
-                        Ok(_) => break,
-                        Err(actual) => s = actual,
-                    }
+                // Take the lock if it was released meanwhile, or mark it
+                // contended so that its unlock takes the queue.
+                if self.state.take_or_contend() {
+                    return false;
                 }
                 q.push(notify, ());
                 true
@@ -150,15 +132,12 @@ impl<T: ?Sized> Mutex<T> {
 
     /// Locks if nobody holds the lock.
     pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
-        self.state
-            .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
-            .ok()
-            .map(|_| MutexGuard { lock: self })
+        self.state.try_lock().then_some(MutexGuard { lock: self })
     }
 
     /// Whether someone holds the lock (a racy hint).
     pub fn is_locked(&self) -> bool {
-        self.state.load(Ordering::Relaxed) != UNLOCKED
+        self.state.is_locked()
     }
 
     /// The value, through exclusive access to the mutex (no locking).
@@ -172,22 +151,16 @@ impl<T: ?Sized> Mutex<T> {
     }
 
     fn unlock(&self) {
-        if self
-            .state
-            .compare_exchange(LOCKED, UNLOCKED, Ordering::Release, Ordering::Relaxed)
-            .is_ok()
-        {
+        if self.state.unlock_uncontended() {
             return;
         }
         let mut q = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
         if q.wake_first().is_some() {
             // Handed over: the state stays locked for the woken waiter.
-            if q.is_empty() {
-                self.state.store(LOCKED, Ordering::Release);
-            }
+            self.state.handed_over(!q.is_empty());
             return;
         }
-        self.state.store(UNLOCKED, Ordering::Release);
+        self.state.release();
     }
 }
 

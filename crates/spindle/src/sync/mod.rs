@@ -24,6 +24,7 @@
 mod barrier;
 mod condvar;
 mod lock;
+pub(crate) mod lock_word;
 mod once;
 mod pool;
 mod semaphore;

@@ -15,6 +15,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::fiber::FiberRef;
+use crate::sched::park::{WaitKind, Wake};
 use crate::sched::Scheduler;
 
 /// One worker's part of a dump (called on that worker's thread).
@@ -42,7 +43,7 @@ pub(crate) fn worker_report(
         } else {
             h.waiting_on.get().to_string()
         };
-        let cancelled = if h.cancelled.load(Ordering::Relaxed) {
+        let cancelled = if h.cancelled.is_raised() {
             ", cancelled"
         } else {
             ""
@@ -75,7 +76,37 @@ pub(crate) fn dump(sched: &Scheduler) -> String {
         if reports.iter().all(Option::is_some) || Instant::now() >= deadline {
             break;
         }
-        crate::sched::park::sleep_until(Instant::now() + Duration::from_millis(1));
+        // Wait for the next answer (each worker wakes the dump's waiters
+        // when it has stored its report), or the deadline. A report stored
+        // before we queued is seen by the check under the same lock.
+        let missing: Vec<usize> = (0..reports.len())
+            .filter(|&i| reports[i].is_none())
+            .collect();
+        let why = crate::sched::park::block(
+            WaitKind::Other("a dump"),
+            Some(deadline),
+            |notify| {
+                let mut waiters = sched.dump_waiters.lock().unwrap_or_else(|e| e.into_inner());
+                let answered = missing
+                    .iter()
+                    .any(|&i| sched.workers[i].dump_answered.load(Ordering::Acquire) >= gen);
+                if answered {
+                    return false;
+                }
+                waiters.push(notify, ());
+                true
+            },
+            |notify| {
+                sched
+                    .dump_waiters
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(notify);
+            },
+        );
+        if matches!(why, Wake::Cancelled | Wake::Elapsed) {
+            crate::sched::park::exit_for(why);
+        }
     }
     let mut out = format!(
         "spindle dump: {} workers, {} live fibers\n",

@@ -37,6 +37,15 @@ impl Worker {
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = (gen, text);
         self.shared().dump_answered.store(gen, Ordering::Release);
+        // Under the waiters' lock, so a caller that checked `dump_answered`
+        // before this store has queued itself by now.
+        let waiting = self
+            .sched
+            .dump_waiters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take_all();
+        waiting.wake_all(crate::sched::park::Wake::Ready);
     }
 
     /// The watchdog flagged the dispatch that just ended: name the fiber.

@@ -14,7 +14,7 @@ impl Worker {
     #[cold]
     pub(super) fn cancel_all(&self) {
         self.shared().cancelled_all.store(true, Ordering::Release);
-        let mark = |f: &FiberRef| f.header.cancelled.store(true, Ordering::SeqCst);
+        let mark = |f: &FiberRef| f.header.cancelled.raise();
         self.with_local(|local| local.for_each(mark));
         self.shared().inbox.for_each(mark);
         self.sched.global.for_each(mark);
