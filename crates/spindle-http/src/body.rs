@@ -132,27 +132,13 @@ pub(crate) enum Framing {
     Chunked,
 }
 
-#[derive(Debug)]
-enum ChunkState {
-    /// Expecting a size line.
-    Size,
-    /// Inside a chunk with this many bytes left.
-    Data(u64),
-    /// Expecting the CRLF after a chunk's data.
-    DataEnd,
-    /// After the last chunk: checking trailers up to the empty line (this
-    /// many bytes of them so far).
-    Trailers(usize),
-    Done,
-}
-
 /// The body of the request being handled: bytes already read past the
 /// head, then the connection, delimited by its framing.
 pub(crate) struct Incoming {
     pub(crate) conn: Arc<Stream>,
     pub(crate) buf: BytesMut,
     remaining: u64,
-    chunked: Option<ChunkState>,
+    chunked: Option<chunked::Decoder>,
     limit: u64,
     taken: u64,
     /// `Expect: 100-continue`: send the interim response before the first
@@ -172,7 +158,7 @@ impl Incoming {
         let (remaining, chunked) = match framing {
             Framing::None => (0, None),
             Framing::Length(n) => (n, None),
-            Framing::Chunked => (0, Some(ChunkState::Size)),
+            Framing::Chunked => (0, Some(chunked::Decoder::new())),
         };
         let waiting = buf.is_empty();
         Incoming {
@@ -192,7 +178,7 @@ impl Incoming {
     pub(crate) fn is_done(&self) -> bool {
         match &self.chunked {
             None => self.remaining == 0,
-            Some(s) => matches!(s, ChunkState::Done),
+            Some(decoder) => decoder.is_done(),
         }
     }
 
@@ -226,73 +212,26 @@ impl Incoming {
         Ok(())
     }
 
-    /// Reads a CRLF-terminated line from the buffer (filling as needed).
-    fn line(&mut self) -> io::Result<BytesMut> {
-        loop {
-            if let Some(pos) = self.buf.windows(2).position(|w| w == b"\r\n") {
-                let line = self.buf.split_to(pos);
-                self.buf.advance(2);
-                return Ok(line);
-            }
-            if self.buf.len() > chunked::MAX_SIZE_LINE {
-                return Err(chunk_error(chunked::ChunkError::LineTooLong));
-            }
-            self.fill()?;
-        }
-    }
-
+    /// Decodes chunked data into `out` (the decoder is `h1::chunked`'s,
+    /// shared with the client), reading more when it needs more.
     fn read_chunked(&mut self, out: &mut [u8]) -> io::Result<usize> {
         loop {
-            match self.chunked.take().expect("chunked state") {
-                ChunkState::Size => {
-                    let line = self.line()?;
-                    let size = chunked::parse_size_line(&line).map_err(chunk_error)?;
-                    self.chunked = Some(if size == 0 {
-                        ChunkState::Trailers(0)
-                    } else {
-                        ChunkState::Data(size)
-                    });
+            let decoder = self.chunked.as_mut().expect("a chunked body");
+            let (used, found) = decoder.decode(&self.buf, out.len()).map_err(chunk_error)?;
+            match found {
+                chunked::Decoded::Data { start, len } => {
+                    out[..len].copy_from_slice(&self.buf[start..start + len]);
+                    self.buf.advance(used);
+                    self.count(len)?;
+                    return Ok(len);
                 }
-                ChunkState::Data(left) => {
-                    if self.buf.is_empty() {
-                        self.chunked = Some(ChunkState::Data(left));
-                        self.fill()?;
-                        continue;
-                    }
-                    let n = (left as usize).min(self.buf.len()).min(out.len());
-                    out[..n].copy_from_slice(&self.buf[..n]);
-                    self.buf.advance(n);
-                    self.count(n)?;
-                    self.chunked = Some(if left - n as u64 == 0 {
-                        ChunkState::DataEnd
-                    } else {
-                        ChunkState::Data(left - n as u64)
-                    });
-                    return Ok(n);
-                }
-                ChunkState::DataEnd => {
-                    let line = self.line()?;
-                    if !line.is_empty() {
-                        return Err(chunk_error(chunked::ChunkError::MissingCrlf));
-                    }
-                    self.chunked = Some(ChunkState::Size);
-                }
-                ChunkState::Trailers(seen) => {
-                    let line = self.line()?;
-                    if line.is_empty() {
-                        self.chunked = Some(ChunkState::Done);
-                        continue;
-                    }
-                    chunked::check_trailer(&line).map_err(chunk_error)?;
-                    let seen = seen + line.len() + 2;
-                    if seen > chunked::MAX_TRAILERS {
-                        return Err(chunk_error(chunked::ChunkError::TrailersTooLong));
-                    }
-                    self.chunked = Some(ChunkState::Trailers(seen));
-                }
-                ChunkState::Done => {
-                    self.chunked = Some(ChunkState::Done);
+                chunked::Decoded::Done => {
+                    self.buf.advance(used);
                     return Ok(0);
+                }
+                chunked::Decoded::NeedMore => {
+                    self.buf.advance(used);
+                    self.fill()?;
                 }
             }
         }

@@ -13,15 +13,16 @@
 //! [`Client::tls_config`].
 
 use crate::h1::chunked;
-use crate::h1::framing::{BodyFraming, FramingHeaders};
+use crate::h1::framing::BodyFraming;
+use crate::h1::response;
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::header::{self, HeaderValue};
-use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http::header;
+use http::{Method, Request, Response, Uri};
 use spindle::net::TcpStream;
 
 use crate::stream::{Stream, TlsStream};
@@ -307,58 +308,27 @@ impl Client {
                 Err(e) => return Err(e),
             };
             buf.extend_from_slice(&tmp[..n]);
-            let mut headers = [httparse::EMPTY_HEADER; 100];
-            let mut resp = httparse::Response::new(&mut headers);
-            let head_len = match resp.parse(&buf) {
-                Ok(httparse::Status::Complete(len)) => len,
-                Ok(httparse::Status::Partial) if buf.len() > 64 << 10 => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "response head too large",
-                    ))
-                }
-                Ok(httparse::Status::Partial) => continue,
-                Err(e) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!("bad response: {e}"),
-                    ))
-                }
+            // The head's syntax and framing rules are in `h1::response`,
+            // which shares `h1::framing` with the server.
+            let head = match response::parse_response(&buf, *method == Method::HEAD) {
+                Ok(Some(head)) => head,
+                Ok(None) => continue,
+                Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string())),
             };
-            let status = StatusCode::from_u16(resp.code.unwrap_or(0))
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-            if status.is_informational() {
+            if head.status.is_informational() {
                 // 100 Continue and friends: skip, read the real response.
-                buf.drain(..head_len);
+                buf.drain(..head.len);
                 continue;
             }
-            let mut builder =
-                Response::builder()
-                    .status(status)
-                    .version(if resp.version == Some(0) {
-                        Version::HTTP_10
-                    } else {
-                        Version::HTTP_11
-                    });
-            let mut framing = FramingHeaders::default();
-            for h in resp.headers.iter() {
-                let value = HeaderValue::from_bytes(h.value)
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-                framing.add(h.name.as_bytes(), h.value);
-                builder = builder.header(h.name, value);
+            let rest = buf.split_off(head.len);
+            let keep_alive = head.keep_alive;
+            let framing = head.framing;
+            let mut builder = Response::builder()
+                .status(head.status)
+                .version(head.version);
+            if let Some(headers) = builder.headers_mut() {
+                *headers = head.headers;
             }
-            let keep_alive = framing.keep_alive(resp.version == Some(0));
-            let rest = buf.split_off(head_len);
-            let no_body = *method == Method::HEAD
-                || status == StatusCode::NO_CONTENT
-                || status == StatusCode::NOT_MODIFIED;
-            // The framing rules are in `h1::framing`, shared with the server.
-            let framing = framing.response_body(no_body).map_err(|e| {
-                io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("malformed response framing: {e:?}"),
-                )
-            })?;
             let (body, reusable) = match framing {
                 BodyFraming::Empty => (Vec::new(), keep_alive && rest.is_empty()),
                 BodyFraming::Chunked => {
@@ -543,94 +513,53 @@ fn read_to_close(
     }
 }
 
-/// Reads a chunked body whose first bytes are `have`. Returns the body and
-/// whether bytes past its end were already received (the connection then
-/// cannot be reused: nothing may follow a response unasked).
+/// Reads a chunked body whose first bytes are `have`, with the decoder
+/// the server uses too (`h1::chunked`). Returns the body and whether bytes
+/// past its end were already received (the connection then cannot be
+/// reused: nothing may follow a response unasked).
 fn read_chunked(
     conn: &Stream,
     have: Vec<u8>,
     max: u64,
     deadline: Deadline,
 ) -> io::Result<(Vec<u8>, bool)> {
-    fn fill(c: &Stream, buf: &mut Vec<u8>, deadline: Deadline) -> io::Result<()> {
-        let mut tmp = [0u8; 16384];
-        let k = read_before(c, &mut tmp, deadline)?;
-        if k == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "truncated chunked body",
-            ));
-        }
-        buf.extend_from_slice(&tmp[..k]);
-        Ok(())
-    }
     fn bad(e: chunked::ChunkError) -> io::Error {
         io::Error::new(
             io::ErrorKind::InvalidData,
             format!("malformed chunked response: {}", e.describe()),
         )
     }
-    /// The end of the next CRLF-terminated line from `pos`, at most `cap`
-    /// bytes long (an endless line is refused, not buffered).
-    fn line(
-        c: &Stream,
-        buf: &mut Vec<u8>,
-        pos: usize,
-        cap: usize,
-        deadline: Deadline,
-    ) -> io::Result<usize> {
-        let mut searched = pos;
-        loop {
-            if let Some(i) = buf[searched..].windows(2).position(|w| w == b"\r\n") {
-                let end = searched + i;
-                if end - pos > cap {
-                    return Err(bad(chunked::ChunkError::LineTooLong));
-                }
-                return Ok(end);
-            }
-            if buf.len() - pos > cap + 1 {
-                return Err(bad(chunked::ChunkError::LineTooLong));
-            }
-            searched = buf.len().saturating_sub(1).max(pos);
-            fill(c, buf, deadline)?;
-        }
-    }
+    let mut decoder = chunked::Decoder::new();
     let mut buf = have;
-    let mut pos = 0;
     let mut out = Vec::new();
+    let mut tmp = [0u8; 16384];
     loop {
-        let line_end = line(conn, &mut buf, pos, chunked::MAX_SIZE_LINE, deadline)?;
-        let size = chunked::parse_size_line(&buf[pos..line_end]).map_err(bad)?;
-        pos = line_end + 2;
-        if size == 0 {
-            let mut seen = 0;
-            loop {
-                let end = line(conn, &mut buf, pos, chunked::MAX_TRAILERS, deadline)?;
-                let empty = end == pos;
-                if !empty {
-                    chunked::check_trailer(&buf[pos..end]).map_err(bad)?;
-                    seen += end - pos + 2;
-                    if seen > chunked::MAX_TRAILERS {
-                        return Err(bad(chunked::ChunkError::TrailersTooLong));
-                    }
-                }
-                pos = end + 2;
-                if empty {
-                    return Ok((out, buf.len() > pos));
-                }
-            }
-        }
-        if size > max.saturating_sub(out.len() as u64) {
+        let (used, found) = decoder.decode(&buf, usize::MAX).map_err(bad)?;
+        // A chunk announced larger than what may still come is refused
+        // before it is read.
+        if decoder.chunk_left() > max.saturating_sub(out.len() as u64) {
             return Err(too_large());
         }
-        let size = size as usize; // at most `max`, which fits in memory
-        while buf.len() - pos < size + 2 {
-            fill(conn, &mut buf, deadline)?;
+        match found {
+            chunked::Decoded::Data { start, len } => {
+                if (out.len() + len) as u64 > max {
+                    return Err(too_large());
+                }
+                out.extend_from_slice(&buf[start..start + len]);
+                buf.drain(..used);
+            }
+            chunked::Decoded::Done => return Ok((out, buf.len() > used)),
+            chunked::Decoded::NeedMore => {
+                buf.drain(..used);
+                let k = read_before(conn, &mut tmp, deadline)?;
+                if k == 0 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "truncated chunked body",
+                    ));
+                }
+                buf.extend_from_slice(&tmp[..k]);
+            }
         }
-        out.extend_from_slice(&buf[pos..pos + size]);
-        if &buf[pos + size..pos + size + 2] != b"\r\n" {
-            return Err(bad(chunked::ChunkError::MissingCrlf));
-        }
-        pos += size + 2;
     }
 }

@@ -33,6 +33,8 @@ mod body;
 mod client;
 mod config;
 mod date;
+#[doc(hidden)]
+pub mod fuzzing;
 mod h1;
 mod server;
 mod stream;

@@ -31,16 +31,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use http::header::{self, HeaderName, HeaderValue};
-use http::{Method, Request, Response, StatusCode, Uri, Version};
+use bytes::BytesMut;
+use http::header;
+use http::{Method, Request, Response, StatusCode, Version};
 use spindle::net::{TcpListener, TcpStream};
 
 use crate::stream::{Stream, TlsStream};
 
 use crate::body::{Body, Framing, Incoming};
 use crate::config::ServerConfig;
-use crate::h1::framing::{BodyFraming, FramingHeaders};
+use crate::h1::request::{parse_request, Limits, RequestBody};
 
 /// An HTTP/1.1 server whose handlers are ordinary functions run on the
 /// connection's fiber: they may read the body, sleep, call other servers.
@@ -505,132 +505,41 @@ fn parse(
     buf: &mut BytesMut,
     config: &ServerConfig,
 ) -> Result<Option<Head>, StatusCode> {
-    // Headers parse into an uninitialised array on the fiber's stack (no
-    // allocation, no zeroing); a larger configured limit uses the heap.
-    let mut on_stack = [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; 128];
-    let mut on_heap;
-    let slots: &mut [std::mem::MaybeUninit<httparse::Header<'_>>] =
-        if config.max_headers <= on_stack.len() {
-            &mut on_stack[..config.max_headers]
-        } else {
-            on_heap = Vec::with_capacity(config.max_headers);
-            on_heap.resize_with(config.max_headers, std::mem::MaybeUninit::uninit);
-            &mut on_heap[..]
-        };
-    let mut req = httparse::Request::new(&mut []);
-    let n = match req.parse_with_uninit_headers(buf, slots) {
-        Ok(httparse::Status::Complete(n)) if n > config.max_head_bytes => {
-            return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
+    let limits = Limits {
+        max_head_bytes: config.max_head_bytes,
+        max_headers: config.max_headers,
+        max_body_bytes: config.max_body_bytes,
+    };
+    // The head's syntax and framing rules are in `h1::request`.
+    let Some(parsed) = parse_request(buf, &limits)? else {
+        return Ok(None);
+    };
+    let (parts, ()) = parsed.request.into_parts();
+    let request = |body: Body| Box::new(Request::from_parts(parts, body));
+    let framing = match parsed.body {
+        RequestBody::None => {
+            // No body: nothing to share with the handler, and the rest of
+            // the buffer (a pipelined request) stays where it is.
+            return Ok(Some(Head::Request(
+                request(Body::empty()),
+                parsed.keep_alive,
+                None,
+            )));
         }
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(httparse::Error::TooManyHeaders) => {
-            return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
-        }
-        Err(httparse::Error::Version) => return Err(StatusCode::HTTP_VERSION_NOT_SUPPORTED),
-        Err(_) => return Err(StatusCode::BAD_REQUEST),
+        RequestBody::Length(n) => Framing::Length(n),
+        RequestBody::Chunked => Framing::Chunked,
     };
-    let version = match req.version {
-        Some(0) => Version::HTTP_10,
-        Some(1) => Version::HTTP_11,
-        _ => return Err(StatusCode::HTTP_VERSION_NOT_SUPPORTED),
-    };
-    let method = Method::from_bytes(req.method.unwrap_or("").as_bytes())
-        .map_err(|_| StatusCode::BAD_REQUEST)?;
-    // Offsets into the head, so values can be zero-copy slices of it.
-    let base = buf.as_ptr() as usize;
-    let path = req.path.unwrap_or("/");
-    let path_range = (path.as_ptr() as usize - base, path.len());
-    // Each header as [name offset, name length, value offset, value
-    // length] into the head: on the stack for the usual few dozen.
-    let count = req.headers.len();
-    let mut spans_on_stack = [[0u32; 4]; 48];
-    let mut spans_on_heap;
-    let spans: &mut [[u32; 4]] = if count <= spans_on_stack.len() {
-        &mut spans_on_stack[..count]
-    } else {
-        spans_on_heap = vec![[0u32; 4]; count];
-        &mut spans_on_heap[..]
-    };
-    let offset = |s: &[u8]| (s.as_ptr() as usize - base) as u32;
-    for (span, h) in spans.iter_mut().zip(req.headers.iter()) {
-        *span = [
-            offset(h.name.as_bytes()),
-            h.name.len() as u32,
-            offset(h.value),
-            h.value.len() as u32,
-        ];
-    }
-    let head: Bytes = buf.split_to(n).freeze();
-    let uri = Uri::from_maybe_shared(head.slice(path_range.0..path_range.0 + path_range.1))
-        .map_err(|_| StatusCode::BAD_REQUEST)?;
-    // The parts are set in place on the request at the end: the `http`
-    // builder moves its whole `Parts` by value at every step, which showed
-    // as 7 % of a pipelined profile in memcpy.
-    let mut framing_headers = FramingHeaders::default();
-    let mut expect_continue = false;
-    let mut map = http::HeaderMap::with_capacity(count);
-    for &[name_at, name_len, at, len] in spans.iter() {
-        let (name_at, name_len, at, len) = (
-            name_at as usize,
-            name_len as usize,
-            at as usize,
-            len as usize,
-        );
-        let name = HeaderName::from_bytes(&head[name_at..name_at + name_len])
-            .map_err(|_| StatusCode::BAD_REQUEST)?;
-        let value = HeaderValue::from_maybe_shared(head.slice(at..at + len))
-            .map_err(|_| StatusCode::BAD_REQUEST)?;
-        if name == header::CONTENT_LENGTH
-            || name == header::TRANSFER_ENCODING
-            || name == header::CONNECTION
-        {
-            framing_headers.add(name.as_str().as_bytes(), value.as_bytes());
-        } else if name == header::EXPECT && value.as_bytes().eq_ignore_ascii_case(b"100-continue") {
-            expect_continue = version == Version::HTTP_11;
-        }
-        map.append(name, value);
-    }
-    let http10 = version == Version::HTTP_10;
-    let close = !framing_headers.keep_alive(http10);
-    // The framing rules (and why each is an error) are in `h1::framing`:
-    // a request whose length cannot be known for certain is refused, so no
-    // request can be smuggled behind it.
-    let framing = match framing_headers
-        .request_body(http10)
-        .map_err(|_| StatusCode::BAD_REQUEST)?
-    {
-        BodyFraming::Chunked => Framing::Chunked,
-        BodyFraming::Empty | BodyFraming::ToClose => Framing::None,
-        BodyFraming::Length(n) if n > config.max_body_bytes => {
-            return Err(StatusCode::PAYLOAD_TOO_LARGE)
-        }
-        BodyFraming::Length(n) => Framing::Length(n),
-    };
-    let request = |body: Body| {
-        let mut req = Box::new(Request::new(body));
-        *req.method_mut() = method;
-        *req.uri_mut() = uri;
-        *req.version_mut() = version;
-        *req.headers_mut() = map;
-        req
-    };
-    if framing == Framing::None {
-        // No body: nothing to share with the handler, and the rest of the
-        // buffer (a pipelined request) stays where it is.
-        return Ok(Some(Head::Request(request(Body::empty()), !close, None)));
-    }
     let rest = std::mem::take(buf);
     let incoming = Arc::new(spindle::sync::Mutex::new(Incoming::new(
         conn.clone(),
         rest,
         framing,
         config.max_body_bytes,
-        expect_continue,
+        parsed.expect_continue,
     )));
     let _ = conn.set_read_timeout(Some(config.body_read_timeout));
     let req = request(Body::incoming(incoming.clone()));
-    Ok(Some(Head::Request(req, !close, Some(incoming))))
+    Ok(Some(Head::Request(req, parsed.keep_alive, Some(incoming))))
 }
 
 fn write_response(

@@ -159,6 +159,7 @@ pub mod fs;
 mod future;
 pub mod io;
 mod loom;
+mod membarrier;
 pub mod net;
 mod poll;
 pub mod runtime;

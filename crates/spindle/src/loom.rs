@@ -8,7 +8,8 @@
 //! atomics are not `const`), so the loom types apply only where both
 //! `spindle_loom` and `test` are set: in the model test crate. Only the
 //! protocol modules (`fiber/token.rs`, `sched/handshake.rs`,
-//! `sched/sleep_word.rs`, `sync/lock_word.rs`) use this facade; they depend
+//! `sched/sleep_word.rs`, `sync/lock_word.rs`, `membarrier.rs`) use this
+//! facade; they depend
 //! on nothing else in the crate, so the model tests compile them on their
 //! own.
 //!

@@ -16,6 +16,9 @@
 #[path = "../src/loom.rs"]
 mod loom;
 
+#[path = "../src/membarrier.rs"]
+mod membarrier;
+
 #[path = "../src/fiber/token.rs"]
 mod token;
 

@@ -104,6 +104,174 @@ pub(crate) fn check_trailer(line: &[u8]) -> Result<(), ChunkError> {
     }
 }
 
+/// An incremental decoder of a chunked body, over byte slices: the one
+/// used by the server (a request body) and the client (a response body).
+///
+/// The caller keeps the bytes read so far and calls [`decode`](Self::decode)
+/// with them; the decoder says how many it consumed and what it found —
+/// body data (a range of the input, never copied), a need for more bytes,
+/// or the end of the body (after the trailers). It never buffers: a line it
+/// cannot finish yet is left unconsumed, and refused once it is longer than
+/// the limits allow, so a peer cannot make either role buffer without bound.
+///
+/// ```text
+/// 5\r\nhello\r\n0\r\n\r\n  ->  Data(2..7)  then  Done
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Decoder {
+    state: State,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Expecting a chunk-size line.
+    Size,
+    /// Inside a chunk, this many bytes left.
+    Data(u64),
+    /// Expecting the CRLF after a chunk's data.
+    DataEnd,
+    /// After the last chunk: trailer lines, this many bytes so far.
+    Trailers(usize),
+    /// The body ended.
+    Done,
+}
+
+/// What [`Decoder::decode`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Decoded {
+    /// Body bytes: `input[start..start + len]` (already counted as
+    /// consumed).
+    Data { start: usize, len: usize },
+    /// Nothing more can be decoded from this input: read more bytes.
+    NeedMore,
+    /// The body (and its trailers) ended.
+    Done,
+}
+
+impl Default for Decoder {
+    fn default() -> Self {
+        Decoder::new()
+    }
+}
+
+impl Decoder {
+    /// A decoder at the start of a chunked body.
+    pub(crate) fn new() -> Decoder {
+        Decoder { state: State::Size }
+    }
+
+    /// Whether the body ended.
+    pub(crate) fn is_done(&self) -> bool {
+        self.state == State::Done
+    }
+
+    /// Bytes of the current chunk not yet decoded (0 between chunks): what
+    /// the peer has announced and will still send.
+    pub(crate) fn chunk_left(&self) -> u64 {
+        match self.state {
+            State::Data(left) => left,
+            _ => 0,
+        }
+    }
+
+    /// Decodes from `input`, returning at most `max_data` bytes of data at
+    /// a time. Returns how many bytes of `input` were consumed (the caller
+    /// drops them) and what was found.
+    pub(crate) fn decode(
+        &mut self,
+        input: &[u8],
+        max_data: usize,
+    ) -> Result<(usize, Decoded), ChunkError> {
+        let mut pos = 0;
+        loop {
+            let rest = &input[pos..];
+            match self.state {
+                State::Size => {
+                    let Some(end) = find_crlf(rest) else {
+                        if rest.len() > MAX_SIZE_LINE + 1 {
+                            return Err(ChunkError::LineTooLong);
+                        }
+                        return Ok((pos, Decoded::NeedMore));
+                    };
+                    let size = parse_size_line(&rest[..end])?;
+                    pos += end + 2;
+                    self.state = if size == 0 {
+                        State::Trailers(0)
+                    } else {
+                        State::Data(size)
+                    };
+                }
+                State::Data(left) => {
+                    if rest.is_empty() || max_data == 0 {
+                        return Ok((pos, Decoded::NeedMore));
+                    }
+                    let n = (left.min(rest.len() as u64) as usize).min(max_data);
+                    let left = left - n as u64;
+                    self.state = if left == 0 {
+                        State::DataEnd
+                    } else {
+                        State::Data(left)
+                    };
+                    return Ok((pos + n, Decoded::Data { start: pos, len: n }));
+                }
+                State::DataEnd => match rest {
+                    [b'\r', b'\n', ..] => {
+                        pos += 2;
+                        self.state = State::Size;
+                    }
+                    [] | [b'\r'] => return Ok((pos, Decoded::NeedMore)),
+                    _ => return Err(ChunkError::MissingCrlf),
+                },
+                State::Trailers(seen) => {
+                    let Some(end) = find_crlf(rest) else {
+                        if seen + rest.len() > MAX_TRAILERS {
+                            return Err(ChunkError::TrailersTooLong);
+                        }
+                        return Ok((pos, Decoded::NeedMore));
+                    };
+                    pos += end + 2;
+                    if end == 0 {
+                        self.state = State::Done;
+                        return Ok((pos, Decoded::Done));
+                    }
+                    check_trailer(&rest[..end])?;
+                    let seen = seen + end + 2;
+                    if seen > MAX_TRAILERS {
+                        return Err(ChunkError::TrailersTooLong);
+                    }
+                    self.state = State::Trailers(seen);
+                }
+                State::Done => return Ok((pos, Decoded::Done)),
+            }
+        }
+    }
+}
+
+/// Where the first CRLF in `bytes` starts.
+fn find_crlf(bytes: &[u8]) -> Option<usize> {
+    bytes.windows(2).position(|w| w == b"\r\n")
+}
+
+/// Decodes a whole chunked body held in `input`: the body, and how many
+/// bytes of `input` the chunked message took (what follows is the next
+/// message). `Ok(None)` if `input` ends before the body does.
+pub(crate) fn decode_all(input: &[u8]) -> Result<Option<(Vec<u8>, usize)>, ChunkError> {
+    let mut decoder = Decoder::new();
+    let mut body = Vec::new();
+    let mut pos = 0;
+    loop {
+        let (used, found) = decoder.decode(&input[pos..], usize::MAX)?;
+        match found {
+            Decoded::Data { start, len } => {
+                body.extend_from_slice(&input[pos + start..pos + start + len]);
+                pos += used;
+            }
+            Decoded::NeedMore => return Ok(None),
+            Decoded::Done => return Ok(Some((body, pos + used))),
+        }
+    }
+}
+
 /// `tchar` of RFC 9110 §5.6.2: what a token (a header name) is made of.
 pub(crate) fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
@@ -190,6 +358,106 @@ mod tests {
             b"x\r: v",
         ] {
             assert_eq!(check_trailer(line), Err(ChunkError::Trailer), "{line:?}");
+        }
+    }
+
+    /// Feeds `input` to a decoder `step` bytes at a time, as a socket would
+    /// deliver it, keeping what the decoder leaves unconsumed.
+    fn decode_in_steps(input: &[u8], step: usize, max_data: usize) -> Result<Vec<u8>, ChunkError> {
+        let mut decoder = Decoder::new();
+        let (mut buf, mut fed, mut body) = (Vec::new(), 0, Vec::new());
+        loop {
+            let (used, found) = decoder.decode(&buf, max_data)?;
+            if let Decoded::Data { start, len } = found {
+                body.extend_from_slice(&buf[start..start + len]);
+            }
+            buf.drain(..used);
+            match found {
+                Decoded::Done => return Ok(body),
+                Decoded::NeedMore if fed == input.len() => panic!("decoder wants more at the end"),
+                Decoded::NeedMore => {
+                    let next = (fed + step).min(input.len());
+                    buf.extend_from_slice(&input[fed..next]);
+                    fed = next;
+                }
+                Decoded::Data { .. } => {}
+            }
+        }
+    }
+
+    #[test]
+    fn a_body_decodes_the_same_however_it_is_split() {
+        let input = b"5;ext=1\r\nhello\r\n1a\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\nx-t: 1\r\n\r\n";
+        let want = b"helloabcdefghijklmnopqrstuvwxyz".to_vec();
+        for step in 1..input.len() {
+            for max_data in [1, 3, usize::MAX] {
+                assert_eq!(
+                    decode_in_steps(input, step, max_data),
+                    Ok(want.clone()),
+                    "step {step}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn decode_all_says_where_the_message_ends() {
+        let input = b"3\r\nabc\r\n0\r\n\r\nGET / HTTP/1.1\r\n";
+        let (body, used) = decode_all(input).unwrap().unwrap();
+        assert_eq!(body, b"abc");
+        assert_eq!(&input[used..], b"GET / HTTP/1.1\r\n");
+        assert_eq!(decode_all(b"3\r\nab"), Ok(None), "incomplete");
+    }
+
+    #[test]
+    fn data_not_followed_by_crlf_is_rejected_at_once() {
+        assert_eq!(
+            decode_all(b"3\r\nabcX\r\n0\r\n\r\n"),
+            Err(ChunkError::MissingCrlf)
+        );
+        // A chunk longer than its size says (a smuggling form).
+        assert_eq!(
+            decode_all(b"3\r\nabcdef\r\n0\r\n\r\n"),
+            Err(ChunkError::MissingCrlf)
+        );
+        assert_eq!(
+            decode_all(b"3\r\nabc\r"),
+            Ok(None),
+            "a lone CR may be the start of CRLF"
+        );
+    }
+
+    #[test]
+    fn an_endless_size_line_or_trailer_is_refused_not_buffered() {
+        let mut d = Decoder::new();
+        let long = vec![b'1'; MAX_SIZE_LINE + 2];
+        assert_eq!(d.decode(&long, usize::MAX), Err(ChunkError::LineTooLong));
+        let mut d = Decoder::new();
+        let mut trailers = b"0\r\n".to_vec();
+        trailers.extend(std::iter::repeat_n(b'a', MAX_TRAILERS + 1));
+        assert_eq!(
+            d.decode(&trailers, usize::MAX),
+            Err(ChunkError::TrailersTooLong)
+        );
+    }
+
+    #[test]
+    fn smuggling_bodies_are_rejected_by_the_decoder() {
+        for bad in [
+            &b"+5\r\nhello\r\n0\r\n\r\n"[..],
+            b" 5\r\nhello\r\n0\r\n\r\n",
+            b"0x5\r\nhello\r\n0\r\n\r\n",
+            b"5;a\rb\r\nhello\r\n0\r\n\r\n",
+            b"5;a\nb\r\nhello\r\n0\r\n\r\n",
+            b"ffffffffffffffffff\r\n",
+            b"0\r\nbad trailer\r\n\r\n",
+            b"0\r\n: empty-name\r\n\r\n",
+        ] {
+            assert!(
+                decode_all(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 }

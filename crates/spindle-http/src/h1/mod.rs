@@ -1,14 +1,20 @@
 //! HTTP/1.1 message syntax as pure functions over bytes, shared by the
 //! server and the client so that each framing rule is written once.
 //!
+//! * [`request`]: request heads, and how their body is delimited.
+//! * [`response`]: response heads, and how their body is delimited.
 //! * [`framing`]: `Content-Length`, `Transfer-Encoding` and `Connection`
 //!   values, and which body a message has (RFC 9112 §6).
-//! * [`chunked`]: the chunked transfer coding's size lines and trailer
-//!   fields (RFC 9112 §7.1).
+//! * [`chunked`]: the chunked transfer coding — size lines, trailer
+//!   fields, and the one incremental decoder both roles read bodies with
+//!   (RFC 9112 §7.1).
 //!
 //! The rules are strict in both roles. Where the RFC allows a recipient to
 //! be lenient, they do what hyper does. Every rule has a test here on byte
-//! slices, including the request-smuggling forms public test suites use.
+//! slices, including the request-smuggling forms public test suites use,
+//! and the fuzz targets (`fuzz/`) drive these functions directly.
 
 pub(crate) mod chunked;
 pub(crate) mod framing;
+pub(crate) mod request;
+pub(crate) mod response;

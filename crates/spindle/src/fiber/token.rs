@@ -24,7 +24,8 @@
 //! outcome ([`WaitWord::complete`]). Exactly one wins. A party holding an
 //! older `seq` can never end a later wait.
 
-use crate::loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, Ordering};
+use crate::loom::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use crate::membarrier;
 
 const EMPTY: u8 = 0;
 const NOTIFIED: u8 = 1;
@@ -126,6 +127,13 @@ impl WaitWord {
 /// ends its own wait if it is raised. With a fence between each side's
 /// write and its read, at least one of them sees the other, so a cancel
 /// that comes while a wait starts is never lost.
+///
+/// Every wait runs the waiter's side and a cancel is rare, so the fence is
+/// the asymmetric one (`crate::membarrier`): a compiler fence for the
+/// waiter, a process-wide barrier for the canceller. Cancelling many
+/// fibers at once (shutdown) raises every flag with
+/// [`raise_unfenced`](Self::raise_unfenced) and runs one
+/// [`membarrier::heavy`] before reading their wait words.
 #[derive(Debug)]
 pub(crate) struct CancelFlag(AtomicBool);
 
@@ -139,7 +147,15 @@ impl CancelFlag {
     #[inline]
     pub(crate) fn raise(&self) {
         self.0.store(true, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
+        membarrier::heavy();
+    }
+
+    /// Raises the flag without the canceller's fence: the caller runs
+    /// [`membarrier::heavy`] itself before it reads the wait word (one
+    /// barrier for many flags), or never reads it (a fiber not started).
+    #[inline]
+    pub(crate) fn raise_unfenced(&self) {
+        self.0.store(true, Ordering::SeqCst);
     }
 
     /// Whether the flag is raised (a plain check, outside the handshake).
@@ -151,7 +167,7 @@ impl CancelFlag {
     /// The waiter's read, after it published its wait: fence, then the flag.
     #[inline]
     pub(crate) fn seen_after_publish(&self) -> bool {
-        fence(Ordering::SeqCst);
+        membarrier::light();
         self.0.load(Ordering::SeqCst)
     }
 }

@@ -313,10 +313,17 @@ pub(crate) fn exit_cancelled() -> ! {
 
 /// Cancels `fiber` (see `JoinHandle::cancel`).
 pub(crate) fn cancel(fiber: &FiberRef) {
-    let header = &fiber.header;
     // The canceller's half of the handshake (`token::CancelFlag`): raise,
     // fence, then read the wait word.
-    header.cancelled.raise();
+    fiber.header.cancelled.raise();
+    end_wait_of_cancelled(fiber);
+}
+
+/// The second half of [`cancel`], for a fiber whose flag was raised with
+/// `raise_unfenced` and a `membarrier::heavy` run since: ends its pending
+/// wait, or wakes it from a plain park.
+pub(crate) fn end_wait_of_cancelled(fiber: &FiberRef) {
+    let header = &fiber.header;
     let word = header.wait.load();
     if word & 0xff == WAITING as u64 {
         let token = WaitToken {

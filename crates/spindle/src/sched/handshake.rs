@@ -18,6 +18,7 @@
 //! what the model test checks (`tests/loom_models.rs`).
 
 use crate::loom::sync::atomic::{AtomicBool, Ordering};
+use crate::membarrier as barrier;
 
 /// Decides whether the owner or one thief is inside.
 #[derive(Debug)]
@@ -85,93 +86,6 @@ fn spin_hint() {
 fn spin_hint() {
     ::loom::thread::yield_now();
 }
-
-/// The two halves of the asymmetric fence.
-#[cfg(not(all(spindle_loom, test)))]
-mod barrier {
-    use std::sync::atomic::{compiler_fence, fence, AtomicU8, Ordering};
-
-    const UNKNOWN: u8 = 0;
-    const MEMBARRIER: u8 = 1;
-    const FENCES: u8 = 2;
-    static MODE: AtomicU8 = AtomicU8::new(UNKNOWN);
-
-    // From <linux/membarrier.h>.
-    const CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
-    const CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
-
-    /// Registers the process for expedited membarriers (once; called when
-    /// a runtime starts, before any thief can run).
-    pub(crate) fn init() {
-        if MODE.load(Ordering::Acquire) != UNKNOWN {
-            return;
-        }
-        // SAFETY: membarrier takes plain integers and touches no memory of
-        // ours; it fails cleanly where unsupported.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_membarrier,
-                CMD_REGISTER_PRIVATE_EXPEDITED,
-                0 as libc::c_long,
-                0 as libc::c_long,
-            )
-        };
-        let mode = if rc == 0 { MEMBARRIER } else { FENCES };
-        let _ = MODE.compare_exchange(UNKNOWN, mode, Ordering::AcqRel, Ordering::Acquire);
-    }
-
-    /// The owner's side: free when the thief's side is a membarrier.
-    #[inline]
-    pub(crate) fn light() {
-        if MODE.load(Ordering::Relaxed) == MEMBARRIER {
-            compiler_fence(Ordering::SeqCst);
-        } else {
-            fence(Ordering::SeqCst);
-        }
-    }
-
-    /// The thief's side: a full barrier on every thread of the process.
-    pub(crate) fn heavy() {
-        if MODE.load(Ordering::Relaxed) == MEMBARRIER {
-            // SAFETY: as in `init`.
-            let rc = unsafe {
-                libc::syscall(
-                    libc::SYS_membarrier,
-                    CMD_PRIVATE_EXPEDITED,
-                    0 as libc::c_long,
-                    0 as libc::c_long,
-                )
-            };
-            if rc == 0 {
-                return;
-            }
-            // Should not happen once registered; be safe from now on.
-            MODE.store(FENCES, Ordering::SeqCst);
-        }
-        fence(Ordering::SeqCst);
-    }
-}
-
-/// Under the model checker both halves are full fences (the fallback).
-#[cfg(all(spindle_loom, test))]
-mod barrier {
-    use crate::loom::sync::atomic::{fence, Ordering};
-
-    pub(crate) fn light() {
-        fence(Ordering::SeqCst);
-    }
-
-    pub(crate) fn heavy() {
-        fence(Ordering::SeqCst);
-    }
-}
-
-#[cfg(not(all(spindle_loom, test)))]
-pub(crate) use barrier::init as init_barrier;
-
-/// Nothing to register under the model checker.
-#[cfg(all(spindle_loom, test))]
-pub(crate) fn init_barrier() {}
 
 #[cfg(all(test, spindle_loom))]
 mod models {

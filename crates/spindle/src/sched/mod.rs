@@ -209,7 +209,7 @@ impl WorkerShared {
 
 impl Scheduler {
     pub(crate) fn new(config: Config) -> std::io::Result<Scheduler> {
-        handshake::init_barrier();
+        crate::membarrier::init();
         let workers = (0..config.workers).map(|_| WorkerShared::new()).collect();
         let poller = Arc::new(Poller::new()?);
         crate::poll::publish(&poller);

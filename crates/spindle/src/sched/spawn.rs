@@ -120,7 +120,7 @@ where
     let (fiber, handle) = fiber::new_fiber(id, f, options.name, hook, owner, reservation);
     if sched.is_cancelling() {
         // Spawned during shutdown: born cancelled, it will never run.
-        fiber.header.cancelled.raise();
+        fiber.header.cancelled.raise_unfenced(); // not started: nobody waits
     }
     Ok((fiber, handle))
 }

@@ -14,13 +14,19 @@ impl Worker {
     #[cold]
     pub(super) fn cancel_all(&self) {
         self.shared().cancelled_all.store(true, Ordering::Release);
-        let mark = |f: &FiberRef| f.header.cancelled.raise();
+        // Every flag first, one process-wide barrier, then the wait words
+        // (the canceller's side of `token::CancelFlag`, batched).
+        let mark = |f: &FiberRef| f.header.cancelled.raise_unfenced();
         self.with_local(|local| local.for_each(mark));
         self.shared().inbox.for_each(mark);
         self.sched.global.for_each(mark);
         let live: Vec<FiberRef> = self.state.with(|s| s.live.iter().cloned().collect());
         for f in &live {
-            crate::sched::park::cancel(f);
+            f.header.cancelled.raise_unfenced();
+        }
+        crate::membarrier::heavy();
+        for f in &live {
+            crate::fiber::wait::end_wait_of_cancelled(f);
         }
     }
 
