@@ -28,6 +28,7 @@ use spindle::net::TcpStream;
 use crate::stream::{Stream, TlsStream};
 
 use crate::body::Body;
+use crate::error::{Error, ErrorKind};
 
 /// Where a pooled connection goes: scheme is `https`, host, port.
 type Origin = (bool, String, u16);
@@ -124,31 +125,35 @@ impl Client {
     }
 
     /// `GET url`.
-    pub fn get(&self, url: &str) -> io::Result<Response<Body>> {
+    pub fn get(&self, url: &str) -> Result<Response<Body>, Error> {
         self.request(
             Request::get(url)
                 .body(Body::empty())
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?,
+                .map_err(invalid_request)?,
         )
     }
 
     /// `POST url` with `body`.
-    pub fn post(&self, url: &str, body: impl Into<Body>) -> io::Result<Response<Body>> {
+    pub fn post(&self, url: &str, body: impl Into<Body>) -> Result<Response<Body>, Error> {
         self.request(
             Request::post(url)
                 .body(body.into())
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?,
+                .map_err(invalid_request)?,
         )
     }
 
     /// Sends `req` (its URI must be absolute: `http://host[:port]/path`).
-    pub fn request(&self, req: Request<Body>) -> io::Result<Response<Body>> {
-        let origin = origin_of(req.uri())?;
+    ///
+    /// The error says what failed by its [`ErrorKind`](crate::ErrorKind)
+    /// (resolution, connect, TLS, a timeout, a close, a malformed
+    /// response, a body over the limit).
+    pub fn request(&self, req: Request<Body>) -> Result<Response<Body>, Error> {
+        let origin = origin_of(req.uri()).map_err(invalid_request)?;
         let (parts, body) = req.into_parts();
         // A streamed body cannot be sent twice: collect it for a retry.
         let body = match body.as_bytes() {
             Some(b) => Bytes::copy_from_slice(b),
-            None => Bytes::from(body.into_vec()?),
+            None => Bytes::from(body.into_vec().map_err(invalid_request)?),
         };
         let head = encode_head(
             &parts.method,
@@ -156,7 +161,8 @@ impl Client {
             &parts.headers,
             &origin,
             body.len(),
-        )?;
+        )
+        .map_err(invalid_request)?;
         if let Some(conn) = self.take_idle(&origin) {
             match self.exchange(&conn, &head, &body, &parts.method) {
                 Ok((resp, reusable)) => {
@@ -171,16 +177,19 @@ impl Client {
                 // again (as Go and hyper do).
                 Err(e) if is_no_response(&e) && parts.method.is_idempotent() => {}
                 Err(e) if is_no_response(&e) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        format!(
-                            "server closed a reused connection without a response; \
-                             a {} is not retried (it may have been processed)",
-                            parts.method
+                    return Err(Error::new(
+                        ErrorKind::Closed,
+                        io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            format!(
+                                "server closed a reused connection without a response; \
+                                 a {} is not retried (it may have been processed)",
+                                parts.method
+                            ),
                         ),
                     ))
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(Error::from_exchange(e)),
             }
         }
         let conn = self.connect(&origin)?;
@@ -188,12 +197,15 @@ impl Client {
             .exchange(&conn, &head, &body, &parts.method)
             .map_err(|e| {
                 if e.kind() == io::ErrorKind::ConnectionAborted || is_no_response(&e) {
-                    io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "server closed the connection without a response",
+                    Error::new(
+                        ErrorKind::Closed,
+                        io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "server closed the connection without a response",
+                        ),
                     )
                 } else {
-                    e
+                    Error::from_exchange(e)
                 }
             })?;
         self.put_back(origin, conn, reusable);
@@ -201,29 +213,45 @@ impl Client {
     }
 
     /// A new connection to `origin`, TLS handshake done for `https`.
-    fn connect(&self, origin: &Origin) -> io::Result<Stream> {
+    fn connect(&self, origin: &Origin) -> Result<Stream, Error> {
         let (https, host, port) = origin;
         let started = std::time::Instant::now();
-        let tcp = TcpStream::connect_timeout((host.as_str(), *port), self.connect_timeout)?;
+        let addrs = spindle::net::lookup_host((host.as_str(), *port))
+            .map_err(|e| Error::new(ErrorKind::Dns, e))?;
+        let left = |started: std::time::Instant| {
+            self.connect_timeout
+                .saturating_sub(started.elapsed())
+                .max(Duration::from_millis(1))
+        };
+        let tcp = TcpStream::connect_timeout(&addrs[..], left(started)).map_err(|e| {
+            let kind = if e.kind() == io::ErrorKind::TimedOut {
+                ErrorKind::ConnectTimeout
+            } else {
+                ErrorKind::Connect
+            };
+            Error::new(kind, e)
+        })?;
         let _ = tcp.set_nodelay(true);
         if !https {
             return Ok(Stream::Plain(tcp));
         }
-        let left = self
-            .connect_timeout
-            .saturating_sub(started.elapsed())
-            .max(Duration::from_millis(1));
-        tcp.set_read_timeout(Some(left))?;
-        tcp.set_write_timeout(Some(left))?;
-        let name = rustls::pki_types::ServerName::try_from(host.clone())
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let io = |e| Error::new(ErrorKind::Io, e);
+        tcp.set_read_timeout(Some(left(started))).map_err(io)?;
+        tcp.set_write_timeout(Some(left(started))).map_err(io)?;
+        let name =
+            rustls::pki_types::ServerName::try_from(host.clone()).map_err(invalid_request)?;
         let config = self
             .tls
             .clone()
             .unwrap_or_else(crate::tls::default_client_config);
-        let session = rustls::ClientConnection::new(config, name)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        Ok(Stream::Tls(Box::new(TlsStream::handshake(tcp, session)?)))
+        let session = rustls::ClientConnection::new(config, name).map_err(|e| {
+            Error::new(
+                ErrorKind::Tls,
+                io::Error::new(io::ErrorKind::InvalidData, e),
+            )
+        })?;
+        let tls = TlsStream::handshake(tcp, session).map_err(Error::from_handshake)?;
+        Ok(Stream::Tls(Box::new(tls)))
     }
 
     /// An idle pooled connection that is still clean: one that received
@@ -457,6 +485,14 @@ fn read_before(conn: &Stream, buf: &mut [u8], deadline: Deadline) -> io::Result<
     conn.set_read_timeout(Some(left))?;
     let mut c = conn;
     c.read(buf)
+}
+
+/// An [`ErrorKind::InvalidRequest`] error from whatever refused the request.
+fn invalid_request(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Error {
+    Error::new(
+        ErrorKind::InvalidRequest,
+        io::Error::new(io::ErrorKind::InvalidInput, e),
+    )
 }
 
 fn too_large() -> io::Error {

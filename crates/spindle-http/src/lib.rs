@@ -33,6 +33,7 @@ mod body;
 mod client;
 mod config;
 mod date;
+mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 mod h1;
@@ -43,5 +44,6 @@ pub mod tls;
 pub use body::Body;
 pub use client::Client;
 pub use config::ServerConfig;
+pub use error::{Error, ErrorKind};
 pub use http::{self, Request, Response, StatusCode};
 pub use server::{Server, ServerHandle};

@@ -139,7 +139,12 @@ fn connection_refused_is_an_error_not_a_hang() {
     let err = client
         .get(&format!("http://127.0.0.1:{port}/"))
         .unwrap_err();
-    assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused);
+    assert_eq!(err.kind(), spindle_http::ErrorKind::Connect);
+    assert!(err.is_connect() && !err.is_timeout());
+    assert_eq!(
+        std::io::Error::from(err).kind(),
+        std::io::ErrorKind::ConnectionRefused
+    );
 }
 
 /// A hand-written peer: `per_conn` runs on a thread of its own for every
@@ -177,8 +182,8 @@ fn lying_server(reply: &'static [u8]) -> (std::net::SocketAddr, Arc<AtomicUsize>
 
 #[test]
 fn a_server_that_lies_about_lengths_gets_an_error_not_a_panic() {
-    use std::io::ErrorKind::{FileTooLarge, InvalidData};
-    let cases: [(&str, &'static [u8], std::io::ErrorKind); 5] = [
+    use spindle_http::ErrorKind::{BodyTooLarge as FileTooLarge, Parse as InvalidData};
+    let cases: [(&str, &'static [u8], spindle_http::ErrorKind); 5] = [
         (
             "a chunk size of 2^64-1 after a first chunk (past the size cap)",
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\nffffffffffffffff\r\n",
@@ -210,6 +215,14 @@ fn a_server_that_lies_about_lengths_gets_an_error_not_a_panic() {
         let r = Client::new().get(&format!("http://{addr}/"));
         let e = r.expect_err(what);
         assert_eq!(e.kind(), kind, "{what}: {e}");
+        // It converts to the matching I/O error for `?` in io::Result code.
+        let io_kind = std::io::Error::from(e).kind();
+        let want = if kind == FileTooLarge {
+            std::io::ErrorKind::FileTooLarge
+        } else {
+            std::io::ErrorKind::InvalidData
+        };
+        assert_eq!(io_kind, want, "{what}");
     }
 }
 
@@ -233,7 +246,7 @@ fn an_endless_chunk_size_line_is_refused_without_buffering_it() {
     let e = Client::new()
         .get(&format!("http://{addr}/"))
         .expect_err("an endless line is an error");
-    assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{e}");
+    assert_eq!(e.kind(), spindle_http::ErrorKind::Parse, "{e}");
     assert!(
         sent.load(Ordering::SeqCst) < 4 << 20,
         "refused after a bounded read, not after the whole line"
@@ -312,7 +325,8 @@ fn a_dripping_server_cannot_stretch_the_request_deadline() {
         .request_timeout(std::time::Duration::from_secs(1))
         .get(&format!("http://{addr}/"))
         .expect_err("the deadline passes");
-    assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{e}");
+    assert_eq!(e.kind(), spindle_http::ErrorKind::Timeout, "{e}");
+    assert!(e.is_timeout());
     // A bound for the hang this catches (the drip would take 100 s), not
     // a measurement.
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
@@ -349,7 +363,8 @@ fn only_an_idempotent_request_is_sent_again_after_a_silent_close() {
     let e = client
         .post(&url, "once")
         .expect_err("a POST is not sent twice");
-    assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof, "{e}");
+    assert_eq!(e.kind(), spindle_http::ErrorKind::Closed, "{e}");
+    assert!(e.is_closed());
     assert_eq!(
         posts.load(Ordering::SeqCst),
         1,

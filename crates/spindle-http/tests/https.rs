@@ -257,7 +257,8 @@ fn plain_probes_stalled_handshakes_and_untrusting_clients_fail_alone() {
             .map(|_| ())
     });
     let e = untrusting.expect_err("the webpki roots do not include the test CA");
-    assert!(e.to_string().to_lowercase().contains("certificate"), "{e}");
+    assert_eq!(e.kind(), spindle_http::ErrorKind::TlsCertificate, "{e}");
+    assert!(e.is_tls() && !e.is_connect());
 
     // The silent peers are closed at the header timeout.
     for mut s in silent {

@@ -15,8 +15,6 @@
 //! tokio runtime; tokio's whole share of an outgoing request is polling
 //! that oneshot. A denied host is an immediate `HttpRequestDenied`.
 
-use std::io;
-
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
@@ -175,26 +173,23 @@ fn send_on_fiber(
     Ok(http::Response::from_parts(parts, body))
 }
 
-/// The `wasi:http` error code closest to what the client saw.
-fn io_error_code(e: io::Error) -> HttpError {
-    use io::ErrorKind::*;
+/// The `wasi:http` error code for what the client saw, by its kind.
+fn io_error_code(e: spindle_http::Error) -> HttpError {
+    use spindle_http::ErrorKind;
     match e.kind() {
-        ConnectionRefused => HttpError::ConnectionRefused,
-        TimedOut | WouldBlock => HttpError::ConnectionTimeout,
-        ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof => {
-            HttpError::ConnectionTerminated
-        }
-        InvalidData if e.to_string().contains("certificate") => HttpError::TlsCertificateError,
-        InvalidData => HttpError::HttpProtocolError,
-        NotFound | AddrNotAvailable => HttpError::DnsError {
+        ErrorKind::Dns => HttpError::DnsError {
             rcode: Some(e.to_string()),
             info_code: None,
         },
-        FileTooLarge => HttpError::HttpResponseBodySize(None),
-        _ if e.to_string().contains("failed to lookup") => HttpError::DnsError {
-            rcode: Some(e.to_string()),
-            info_code: None,
-        },
+        ErrorKind::Connect => HttpError::ConnectionRefused,
+        ErrorKind::ConnectTimeout => HttpError::ConnectionTimeout,
+        ErrorKind::Timeout => HttpError::ConnectionReadTimeout,
+        ErrorKind::TlsCertificate => HttpError::TlsCertificateError,
+        ErrorKind::Tls => HttpError::TlsProtocolError,
+        ErrorKind::Closed => HttpError::ConnectionTerminated,
+        ErrorKind::Parse => HttpError::HttpProtocolError,
+        ErrorKind::BodyTooLarge => HttpError::HttpResponseBodySize(None),
+        ErrorKind::InvalidRequest => HttpError::HttpRequestUriInvalid,
         _ => HttpError::InternalError(Some(e.to_string())),
     }
 }

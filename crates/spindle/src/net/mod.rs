@@ -293,6 +293,21 @@ impl Timeout {
     }
 }
 
+/// Resolves a host name (or parses an address) into socket addresses, as
+/// `ToSocketAddrs` does; on a fiber a lookup that may block (`getaddrinfo`)
+/// runs on the blocking pool while only the fiber waits. The error of a
+/// failed lookup is the resolver's.
+///
+/// ```
+/// spindle::run(|| {
+///     let addrs = spindle::net::lookup_host(("127.0.0.1", 80)).unwrap();
+///     assert_eq!(addrs[0].port(), 80);
+/// });
+/// ```
+pub fn lookup_host<A: ToSocketAddrs + Sync>(addr: A) -> io::Result<Vec<SocketAddr>> {
+    resolve(&addr)
+}
+
 /// Resolves `addr`; on a fiber a lookup that may block runs on the blocking
 /// pool while the fiber waits.
 pub(crate) fn resolve<A: ToSocketAddrs + Sync>(addr: &A) -> io::Result<Vec<SocketAddr>> {
