@@ -35,6 +35,11 @@ type Origin = (bool, String, u16);
 
 /// An HTTP/1.1 client with a connection pool.
 ///
+/// A response's body is read from its connection as the caller reads it
+/// (`Response<Body>` implements `Read` through its body), so a large
+/// download streams; the connection goes back to the pool once the body is
+/// read to its end, and is closed if the body is dropped before.
+///
 /// ```no_run
 /// let client = spindle_http::Client::new();
 /// let resp = client.get("http://127.0.0.1:8080/").unwrap();
@@ -112,6 +117,20 @@ impl Client {
         self
     }
 
+    /// Largest response body the client accepts (default 64 MiB): a
+    /// response that announces more fails at once, one that sends more
+    /// fails when its body is read past the limit
+    /// ([`ErrorKind::BodyTooLarge`]).
+    ///
+    /// ```
+    /// let client = spindle_http::Client::new().max_response_bytes(1 << 20);
+    /// # drop(client);
+    /// ```
+    pub fn max_response_bytes(mut self, n: u64) -> Client {
+        self.max_response_bytes = n;
+        self
+    }
+
     /// Longest wait for any one read or write of a request (default 30 s):
     /// a server that goes silent this long fails the request.
     ///
@@ -164,11 +183,8 @@ impl Client {
         )
         .map_err(invalid_request)?;
         if let Some(conn) = self.take_idle(&origin) {
-            match self.exchange(&conn, &head, &body, &parts.method) {
-                Ok((resp, reusable)) => {
-                    self.put_back(origin, conn, reusable);
-                    return Ok(resp);
-                }
+            match self.exchange(conn, &origin, &head, &body, &parts.method) {
+                Ok(resp) => return Ok(resp),
                 // The request never got through whole: nothing was done
                 // with it, any method may go again on a fresh connection.
                 Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => {}
@@ -193,8 +209,7 @@ impl Client {
             }
         }
         let conn = self.connect(&origin)?;
-        let (resp, reusable) = self
-            .exchange(&conn, &head, &body, &parts.method)
+        self.exchange(conn, &origin, &head, &body, &parts.method)
             .map_err(|e| {
                 if e.kind() == io::ErrorKind::ConnectionAborted || is_no_response(&e) {
                     Error::new(
@@ -207,9 +222,7 @@ impl Client {
                 } else {
                     Error::from_exchange(e)
                 }
-            })?;
-        self.put_back(origin, conn, reusable);
-        Ok(resp)
+            })
     }
 
     /// A new connection to `origin`, TLS handshake done for `https`.
@@ -277,27 +290,30 @@ impl Client {
         None
     }
 
-    fn put_back(&self, origin: Origin, conn: Stream, reusable: bool) {
-        if !reusable {
-            return;
-        }
-        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
-        let idle = pool.entry(origin).or_default();
-        if idle.len() < self.max_idle_per_origin {
-            idle.push(conn);
+    /// Where a connection whose response was read to its end goes back.
+    fn give_back(&self, origin: &Origin) -> GiveBack {
+        GiveBack {
+            pool: self.pool.clone(),
+            origin: origin.clone(),
+            max_idle: self.max_idle_per_origin,
         }
     }
 
-    /// Writes the request, reads the whole response. `ConnectionAborted`:
-    /// the request could not be written whole; a [`NoResponse`] error: it
-    /// was, and no response byte came back (a stale pooled connection).
+    /// Writes the request and reads the response head; the body is read
+    /// from the connection as the caller reads it (a [`ResponseReader`]),
+    /// and the connection goes back to the pool once it is read to its end.
+    /// `ConnectionAborted`: the request could not be written whole; a
+    /// [`NoResponse`] error: it was, and no response byte came back (a
+    /// stale pooled connection).
     fn exchange(
         &self,
-        conn: &Stream,
+        stream: Stream,
+        origin: &Origin,
         head: &[u8],
         body: &[u8],
         method: &Method,
-    ) -> io::Result<(Response<Body>, bool)> {
+    ) -> io::Result<Response<Body>> {
+        let conn = &stream;
         let deadline = Deadline {
             at: self.request_timeout.map(|t| Instant::now() + t),
             per_read: self.io_timeout,
@@ -357,26 +373,37 @@ impl Client {
             if let Some(headers) = builder.headers_mut() {
                 *headers = head.headers;
             }
-            let (body, reusable) = match framing {
-                BodyFraming::Empty => (Vec::new(), keep_alive && rest.is_empty()),
-                BodyFraming::Chunked => {
-                    let (body, left) = read_chunked(conn, rest, self.max_response_bytes, deadline)?;
-                    (body, keep_alive && !left)
+            let reading = match framing {
+                BodyFraming::Empty => {
+                    // Nothing to read: the connection is free now, unless
+                    // bytes came that nobody asked for.
+                    if keep_alive && rest.is_empty() {
+                        self.give_back(origin).put(stream);
+                    }
+                    let resp = builder
+                        .body(Body::empty())
+                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                    return Ok(resp);
                 }
-                BodyFraming::Length(n) => {
-                    let (body, extra) =
-                        read_exact_len(conn, rest, n, self.max_response_bytes, deadline)?;
-                    (body, keep_alive && !extra)
-                }
-                BodyFraming::ToClose => (
-                    read_to_close(conn, rest, self.max_response_bytes, deadline)?,
-                    false,
-                ),
+                BodyFraming::Length(n) if n > self.max_response_bytes => return Err(too_large()),
+                BodyFraming::Length(n) => Reading::Length(n),
+                BodyFraming::Chunked => Reading::Chunked(chunked::Decoder::new()),
+                BodyFraming::ToClose => Reading::ToClose,
+            };
+            let reader = ResponseReader {
+                conn: Some(stream),
+                buf: rest,
+                pos: 0,
+                reading,
+                max: self.max_response_bytes,
+                taken: 0,
+                deadline,
+                give_back: keep_alive.then(|| self.give_back(origin)),
             };
             let resp = builder
-                .body(Body::from(body))
+                .body(Body::from_reader(reader))
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-            return Ok((resp, reusable));
+            return Ok(resp);
         }
     }
 }
@@ -502,100 +529,187 @@ fn too_large() -> io::Error {
     )
 }
 
-fn read_exact_len(
-    conn: &Stream,
-    mut have: Vec<u8>,
-    n: u64,
-    max: u64,
-    deadline: Deadline,
-) -> io::Result<(Vec<u8>, bool)> {
-    if n > max {
-        return Err(too_large());
+/// Returns a connection to the pool (when its response was read to its
+/// end and nothing followed it).
+struct GiveBack {
+    pool: Arc<Mutex<HashMap<Origin, Vec<Stream>>>>,
+    origin: Origin,
+    max_idle: usize,
+}
+
+impl GiveBack {
+    fn put(self, conn: Stream) {
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let idle = pool.entry(self.origin).or_default();
+        if idle.len() < self.max_idle {
+            idle.push(conn);
+        }
     }
-    while (have.len() as u64) < n {
+}
+
+/// How the rest of a response body is delimited.
+enum Reading {
+    /// This many bytes left.
+    Length(u64),
+    /// The chunked coding, decoded by the decoder the server uses too.
+    Chunked(chunked::Decoder),
+    /// Until the server closes.
+    ToClose,
+    /// Read to its end.
+    Done,
+}
+
+/// A response body, read from its connection as the caller reads it: a
+/// large download streams through in buffers instead of being collected.
+/// Once the body is read to its end the connection goes back to the pool,
+/// unless the server asked to close or sent bytes past the body; a body
+/// dropped early drops its connection. Every read waits as the exchange's
+/// [`Deadline`] allows, and the body may not grow past the client's limit.
+/// A failure is an `io::Error` holding the [`Error`] that says its kind.
+struct ResponseReader {
+    conn: Option<Stream>,
+    /// Received bytes; `buf[pos..]` are not consumed yet.
+    buf: Vec<u8>,
+    pos: usize,
+    reading: Reading,
+    max: u64,
+    taken: u64,
+    deadline: Deadline,
+    give_back: Option<GiveBack>,
+}
+
+impl ResponseReader {
+    /// Reads more bytes into `buf`; 0 at the server's close.
+    fn fill(&mut self) -> io::Result<usize> {
+        if self.pos > 0 {
+            self.buf.drain(..self.pos);
+            self.pos = 0;
+        }
+        let conn = self
+            .conn
+            .as_ref()
+            .expect("a body being read has its connection");
         let mut tmp = [0u8; 16384];
-        let k = read_before(conn, &mut tmp, deadline)?;
-        if k == 0 {
+        let k = read_before(conn, &mut tmp, self.deadline)?;
+        self.buf.extend_from_slice(&tmp[..k]);
+        Ok(k)
+    }
+
+    fn fill_or_truncated(&mut self, what: &str) -> io::Result<()> {
+        if self.fill()? == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
-                "truncated response body",
+                format!("truncated {what}"),
             ));
         }
-        have.extend_from_slice(&tmp[..k]);
+        Ok(())
     }
-    // Bytes past the body were sent unasked: the caller must not reuse
-    // the connection (they would come back as the next response).
-    let extra = have.len() as u64 > n;
-    have.truncate(n as usize);
-    Ok((have, extra))
-}
 
-fn read_to_close(
-    conn: &Stream,
-    mut have: Vec<u8>,
-    max: u64,
-    deadline: Deadline,
-) -> io::Result<Vec<u8>> {
-    let mut tmp = [0u8; 16384];
-    loop {
-        let k = read_before(conn, &mut tmp, deadline)?;
-        if k == 0 {
-            return Ok(have);
-        }
-        have.extend_from_slice(&tmp[..k]);
-        if have.len() as u64 > max {
+    fn count(&mut self, n: usize) -> io::Result<()> {
+        self.taken += n as u64;
+        if self.taken > self.max {
             return Err(too_large());
         }
+        Ok(())
+    }
+
+    /// The body is read to its end: hand the connection back if it may
+    /// carry another exchange.
+    fn finish(&mut self) {
+        self.reading = Reading::Done;
+        let conn = self.conn.take();
+        let clean = self.pos == self.buf.len();
+        if let (Some(conn), Some(give_back), true) = (conn, self.give_back.take(), clean) {
+            give_back.put(conn);
+        }
+    }
+
+    fn read_body(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        loop {
+            let avail = self.buf.len() - self.pos;
+            match &mut self.reading {
+                Reading::Done => return Ok(0),
+                Reading::Length(0) => {
+                    self.finish();
+                    return Ok(0);
+                }
+                Reading::Length(left) => {
+                    if avail == 0 {
+                        self.fill_or_truncated("response body")?;
+                        continue;
+                    }
+                    let n = (*left).min(avail as u64).min(out.len() as u64) as usize;
+                    *left -= n as u64;
+                    out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
+                    self.pos += n;
+                    self.count(n)?;
+                    return Ok(n);
+                }
+                Reading::Chunked(decoder) => {
+                    let (used, found) = decoder
+                        .decode(&self.buf[self.pos..], out.len())
+                        .map_err(chunk_error)?;
+                    // A chunk announced larger than what may still come is
+                    // refused before it is read.
+                    if decoder.chunk_left() > self.max.saturating_sub(self.taken) {
+                        return Err(too_large());
+                    }
+                    match found {
+                        chunked::Decoded::Data { start, len } => {
+                            let at = self.pos + start;
+                            out[..len].copy_from_slice(&self.buf[at..at + len]);
+                            self.pos += used;
+                            self.count(len)?;
+                            return Ok(len);
+                        }
+                        chunked::Decoded::Done => {
+                            self.pos += used;
+                            self.finish();
+                            return Ok(0);
+                        }
+                        chunked::Decoded::NeedMore => {
+                            self.pos += used;
+                            self.fill_or_truncated("chunked body")?;
+                        }
+                    }
+                }
+                Reading::ToClose => {
+                    if avail == 0 {
+                        if self.fill()? == 0 {
+                            self.reading = Reading::Done;
+                            self.conn = None;
+                            return Ok(0);
+                        }
+                        continue;
+                    }
+                    let n = avail.min(out.len());
+                    out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
+                    self.pos += n;
+                    self.count(n)?;
+                    return Ok(n);
+                }
+            }
+        }
     }
 }
 
-/// Reads a chunked body whose first bytes are `have`, with the decoder
-/// the server uses too (`h1::chunked`). Returns the body and whether bytes
-/// past its end were already received (the connection then cannot be
-/// reused: nothing may follow a response unasked).
-fn read_chunked(
-    conn: &Stream,
-    have: Vec<u8>,
-    max: u64,
-    deadline: Deadline,
-) -> io::Result<(Vec<u8>, bool)> {
-    fn bad(e: chunked::ChunkError) -> io::Error {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("malformed chunked response: {}", e.describe()),
-        )
-    }
-    let mut decoder = chunked::Decoder::new();
-    let mut buf = have;
-    let mut out = Vec::new();
-    let mut tmp = [0u8; 16384];
-    loop {
-        let (used, found) = decoder.decode(&buf, usize::MAX).map_err(bad)?;
-        // A chunk announced larger than what may still come is refused
-        // before it is read.
-        if decoder.chunk_left() > max.saturating_sub(out.len() as u64) {
-            return Err(too_large());
+impl Read for ResponseReader {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if out.is_empty() {
+            return Ok(0);
         }
-        match found {
-            chunked::Decoded::Data { start, len } => {
-                if (out.len() + len) as u64 > max {
-                    return Err(too_large());
-                }
-                out.extend_from_slice(&buf[start..start + len]);
-                buf.drain(..used);
-            }
-            chunked::Decoded::Done => return Ok((out, buf.len() > used)),
-            chunked::Decoded::NeedMore => {
-                buf.drain(..used);
-                let k = read_before(conn, &mut tmp, deadline)?;
-                if k == 0 {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "truncated chunked body",
-                    ));
-                }
-                buf.extend_from_slice(&tmp[..k]);
-            }
-        }
+        self.read_body(out).map_err(|e| {
+            // A failed body never goes back to the pool.
+            self.reading = Reading::Done;
+            self.conn = None;
+            io::Error::from(Error::from_exchange(e))
+        })
     }
+}
+
+fn chunk_error(e: chunked::ChunkError) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("malformed chunked response: {}", e.describe()),
+    )
 }

@@ -168,6 +168,17 @@ fn raw_server(
     (addr, conns)
 }
 
+/// `GET url` and its whole body; a failure of either, as the typed error
+/// (a body's read error holds it).
+fn fetch(client: &Client, url: &str) -> Result<Vec<u8>, spindle_http::Error> {
+    let resp = client.get(url)?;
+    resp.into_body().into_vec().map_err(|io| {
+        *io.into_inner()
+            .and_then(|inner| inner.downcast::<spindle_http::Error>().ok())
+            .expect("a body error holds the typed error")
+    })
+}
+
 /// A raw server that answers every request head it receives with `reply`.
 fn lying_server(reply: &'static [u8]) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
     raw_server(move |mut s| {
@@ -212,8 +223,9 @@ fn a_server_that_lies_about_lengths_gets_an_error_not_a_panic() {
     ];
     for (what, reply, kind) in cases {
         let (addr, _) = lying_server(reply);
-        let r = Client::new().get(&format!("http://{addr}/"));
-        let e = r.expect_err(what);
+        // A lie in the head fails the request; one in the body fails the
+        // body's read (the body streams), with the same typed error inside.
+        let e = fetch(&Client::new(), &format!("http://{addr}/")).expect_err(what);
         assert_eq!(e.kind(), kind, "{what}: {e}");
         // It converts to the matching I/O error for `?` in io::Result code.
         let io_kind = std::io::Error::from(e).kind();
@@ -243,9 +255,8 @@ fn an_endless_chunk_size_line_is_refused_without_buffering_it() {
             s2.fetch_add(junk.len(), Ordering::SeqCst);
         }
     });
-    let e = Client::new()
-        .get(&format!("http://{addr}/"))
-        .expect_err("an endless line is an error");
+    let e =
+        fetch(&Client::new(), &format!("http://{addr}/")).expect_err("an endless line is an error");
     assert_eq!(e.kind(), spindle_http::ErrorKind::Parse, "{e}");
     assert!(
         sent.load(Ordering::SeqCst) < 4 << 20,
@@ -321,10 +332,8 @@ fn a_dripping_server_cannot_stretch_the_request_deadline() {
         }
     });
     let started = std::time::Instant::now();
-    let e = Client::new()
-        .request_timeout(std::time::Duration::from_secs(1))
-        .get(&format!("http://{addr}/"))
-        .expect_err("the deadline passes");
+    let client = Client::new().request_timeout(std::time::Duration::from_secs(1));
+    let e = fetch(&client, &format!("http://{addr}/")).expect_err("the deadline passes");
     assert_eq!(e.kind(), spindle_http::ErrorKind::Timeout, "{e}");
     assert!(e.is_timeout());
     // A bound for the hang this catches (the drip would take 100 s), not
@@ -380,4 +389,86 @@ fn only_an_idempotent_request_is_sent_again_after_a_silent_close() {
         b"ok"
     );
     assert_eq!(conns.load(Ordering::SeqCst), 3);
+}
+
+#[test]
+fn a_large_body_streams_before_the_server_has_sent_it_all() {
+    // The server sends the head and 1 MiB, then waits for the client to
+    // say it has read the first bytes before it sends the other 7 MiB: a
+    // client that collected the body before returning would wait forever.
+    let (go_on_tx, go_on_rx) = std::sync::mpsc::channel::<()>();
+    let go_on_rx = std::sync::Mutex::new(go_on_rx);
+    let (addr, _) = raw_server(move |mut s| {
+        let mut buf = [0u8; 4096];
+        let _ = s.read(&mut buf);
+        let mib = vec![b'x'; 1 << 20];
+        let _ = s.write_all(
+            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", 8 << 20).as_bytes(),
+        );
+        let _ = s.write_all(&mib);
+        let _ = go_on_rx
+            .lock()
+            .unwrap()
+            .recv_timeout(std::time::Duration::from_secs(20));
+        for _ in 1..8 {
+            if s.write_all(&mib).is_err() {
+                return;
+            }
+        }
+    });
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let total = rt.run(move || {
+        let resp = Client::new().get(&format!("http://{addr}/")).unwrap();
+        let mut body = resp.into_body();
+        let mut first = [0u8; 4096];
+        let n = body.read(&mut first).unwrap();
+        assert!(n > 0 && first[..n].iter().all(|&b| b == b'x'));
+        go_on_tx.send(()).unwrap();
+        let mut rest = Vec::new();
+        body.read_to_end(&mut rest).unwrap();
+        n + rest.len()
+    });
+    assert_eq!(total, 8 << 20);
+}
+
+#[test]
+fn a_body_read_to_its_end_frees_the_connection_and_a_dropped_one_closes_it() {
+    let (addr, conns) = raw_server(|mut s| {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = s.read(&mut buf) {
+            if n == 0
+                || s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+                    .is_err()
+            {
+                return;
+            }
+        }
+    });
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    rt.run(move || {
+        let client = Client::new();
+        let url = format!("http://{addr}/");
+        // Read to its end twice: one connection serves both.
+        for _ in 0..2 {
+            assert_eq!(fetch(&client, &url).unwrap(), b"hello");
+        }
+        assert_eq!(conns.load(Ordering::SeqCst), 1);
+        // Dropped unread: that connection is not reused.
+        drop(client.get(&url).unwrap());
+        assert_eq!(fetch(&client, &url).unwrap(), b"hello");
+        assert_eq!(conns.load(Ordering::SeqCst), 2);
+    });
+}
+
+#[test]
+fn a_response_over_the_size_cap_is_refused() {
+    let (addr, _) = lying_server(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n");
+    let client = Client::new().max_response_bytes(10);
+    let e = fetch(&client, &format!("http://{addr}/")).expect_err("over the cap");
+    assert!(e.is_body_too_large(), "{e}");
+    let (addr, _) = lying_server(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n8\r\n12345678\r\n8\r\n12345678\r\n0\r\n\r\n",
+    );
+    let e = fetch(&client, &format!("http://{addr}/")).expect_err("chunks over the cap");
+    assert!(e.is_body_too_large(), "{e}");
 }
