@@ -343,7 +343,9 @@ fn serve_connection(
             }
             Head::Error(status) => {
                 out.extend_from_slice(&error_response(status));
-                let _ = flush(&conn, &mut out);
+                if flush(&conn, &mut out).is_ok() {
+                    lingering_close(&conn);
+                }
                 return;
             }
         };
@@ -369,7 +371,9 @@ fn serve_connection(
                 StatusCode::BAD_REQUEST
             };
             out.extend_from_slice(&error_response(status));
-            let _ = flush(&conn, &mut out);
+            if flush(&conn, &mut out).is_ok() {
+                lingering_close(&conn);
+            }
             return;
         }
         // The response goes out first: a streamed response may itself be
@@ -407,6 +411,40 @@ fn serve_connection(
             return;
         }
         buf = std::mem::take(&mut inc.buf);
+    }
+}
+
+/// Most bytes read and dropped after an error response before the close.
+const LINGER_BYTES: usize = 256 << 10;
+/// Longest wait for a client to stop sending after an error response.
+const LINGER_TIME: Duration = Duration::from_secs(2);
+
+/// Closes a connection after an error response without resetting it under
+/// the client's feet: a client still sending its request body (a 413 for
+/// an upload, a 400 mid-body) would otherwise get a reset — the kernel
+/// sends RST when unread data is in the receive buffer at close — and
+/// might never read the status. So: shut down our sending side (the
+/// client reads the response, then EOF), then read and drop what the
+/// client still sends, up to [`LINGER_BYTES`] or [`LINGER_TIME`], then
+/// close. As Apache's `lingering_close` and nginx's `lingering_close`.
+fn lingering_close(conn: &Stream) {
+    let tcp = conn.tcp();
+    if tcp.shutdown(std::net::Shutdown::Write).is_err() {
+        return;
+    }
+    let until = std::time::Instant::now() + LINGER_TIME;
+    let mut sink = [0u8; 8192];
+    let mut drained = 0;
+    while drained < LINGER_BYTES {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() || tcp.set_read_timeout(Some(left)).is_err() {
+            return;
+        }
+        // The raw TCP stream: a TLS session's records are dropped unread.
+        match (&*tcp).read(&mut sink) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => drained += n,
+        }
     }
 }
 

@@ -446,3 +446,48 @@ fn connection_close_in_a_list_closes_and_a_204_has_no_framing() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "204");
 }
+
+#[test]
+fn a_client_still_sending_its_body_reads_the_error_status_instead_of_a_reset() {
+    // 413 for a body over the limit, and 400 for a malformed chunked body,
+    // while the client keeps writing the rest of its upload: the server
+    // shuts down its side and drains before it closes, so the client's
+    // writes go through and it reads the status, then EOF — not a reset.
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let addr = start(&rt, ServerConfig::default().max_body_bytes(64 << 10));
+    let cases: [(&[u8], u16); 2] = [
+        (
+            b"POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: 200000\r\n\r\n",
+            413,
+        ),
+        (
+            b"POST /up HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            400,
+        ),
+    ];
+    for (head, want) in cases {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(head).unwrap();
+        let mut writer = s.try_clone().unwrap();
+        let upload = std::thread::spawn(move || {
+            // 200 KB more, in pieces, as an upload would.
+            let piece = [b'a'; 10_000];
+            (0..20).try_for_each(|_| writer.write_all(&piece))
+        });
+        let mut out = Vec::new();
+        let read = s.read_to_end(&mut out);
+        let text = String::from_utf8_lossy(&out).into_owned();
+        assert!(read.is_ok(), "the client got {read:?} after {text:?}");
+        assert_eq!(status_of(&text), want, "{text}");
+        assert!(upload.join().unwrap().is_ok(), "the upload was reset");
+    }
+    // The server goes on serving.
+    assert_eq!(
+        status_of(&raw(
+            addr,
+            b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+        )),
+        200
+    );
+}
