@@ -231,3 +231,27 @@ fn semaphore_barrier_waitgroup_rwlock_oncecell() {
         assert_eq!(inits.load(Ordering::SeqCst), 1);
     });
 }
+
+#[test]
+fn a_condvar_wait_of_an_already_cancelled_fiber_keeps_its_guard_and_releases_it() {
+    // The wait ends before it registers (the fiber is cancelled): the lock
+    // was never released, so the wait must hand back the guard it holds
+    // rather than lock again (it would wait for itself), and the unwind
+    // that follows releases it.
+    let rt = spindle::Runtime::builder().workers(1).build().unwrap();
+    rt.run(|| {
+        let pair =
+            std::sync::Arc::new((spindle::sync::Mutex::new(0), spindle::sync::Condvar::new()));
+        let p = pair.clone();
+        let waiter = spindle::spawn(move || {
+            let (m, cv) = &*p;
+            let guard = m.lock();
+            spindle::current().unwrap().cancel();
+            let _guard = cv.wait(guard);
+            unreachable!("a cancelled wait does not return");
+        });
+        assert!(waiter.join().unwrap_err().is_cancelled());
+        // The lock is free again.
+        assert!(pair.0.try_lock().is_some());
+    });
+}

@@ -100,12 +100,15 @@ impl Condvar {
                 self.q().remove(notify);
             },
         );
-        // Register always queues, so the lock was released.
-        debug_assert!(guard.is_none());
-        let _ = mutex.is_locked();
         // Take the lock back whatever happened, so the caller's guard is
-        // valid (and released properly) even on an unwind.
-        let relocked = mutex.lock();
+        // valid (and released properly) even on an unwind. A wait that
+        // ended before it registered (the fiber was already cancelled)
+        // never released it: then the guard is still ours, and locking
+        // again would wait for ourselves.
+        let relocked = match guard.take() {
+            Some(still_held) => still_held,
+            None => mutex.lock(),
+        };
         match why {
             Wake::Ready => (relocked, WaitTimeoutResult(false)),
             Wake::TimedOut => (relocked, WaitTimeoutResult(true)),
