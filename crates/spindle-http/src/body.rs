@@ -145,6 +145,10 @@ pub(crate) struct Incoming {
     /// read of the body.
     pub(crate) continue_pending: bool,
     pub(crate) error: Option<io::ErrorKind>,
+    /// Longest wait for one read (`ServerConfig::body_read_timeout`).
+    per_read: std::time::Duration,
+    /// When the whole body must be in (`ServerConfig::body_deadline`).
+    deadline: std::time::Instant,
 }
 
 impl Incoming {
@@ -154,6 +158,8 @@ impl Incoming {
         framing: Framing,
         limit: u64,
         expect_continue: bool,
+        per_read: std::time::Duration,
+        deadline: std::time::Instant,
     ) -> Incoming {
         let (remaining, chunked) = match framing {
             Framing::None => (0, None),
@@ -171,6 +177,8 @@ impl Incoming {
             // A client that sent body bytes already is not waiting for 100.
             continue_pending: expect_continue && framing != Framing::None && waiting,
             error: None,
+            per_read,
+            deadline,
         }
     }
 
@@ -188,6 +196,19 @@ impl Incoming {
             use std::io::Write;
             (&*self.conn).write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
         }
+        // Each read waits at most `per_read`, and never past the body's
+        // deadline: a client dripping its body cannot stretch it.
+        let left = self
+            .deadline
+            .saturating_duration_since(std::time::Instant::now())
+            .min(self.per_read);
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the request body's deadline passed",
+            ));
+        }
+        self.conn.set_read_timeout(Some(left))?;
         let mut tmp = [0u8; 16 * 1024];
         let n = (&*self.conn).read(&mut tmp)?;
         if n == 0 {

@@ -27,6 +27,11 @@ pub struct ServerConfig {
     pub keep_alive_timeout: Duration,
     /// Per read while receiving a body. Default 30 s.
     pub body_read_timeout: Duration,
+    /// For a whole request body, from the end of its head: a client that
+    /// drips its body (each read just within `body_read_timeout`) cannot
+    /// hold a connection longer. Past it the body's read fails and the
+    /// request gets 408. Default 5 min.
+    pub body_deadline: Duration,
     /// Per write while sending a response. Default 30 s.
     pub write_timeout: Duration,
     /// Open connections; past it a new connection gets 503 and is closed.
@@ -43,6 +48,7 @@ impl Default for ServerConfig {
             header_read_timeout: Duration::from_secs(10),
             keep_alive_timeout: Duration::from_secs(60),
             body_read_timeout: Duration::from_secs(30),
+            body_deadline: Duration::from_secs(300),
             write_timeout: Duration::from_secs(30),
             max_connections: 10_000,
         }
@@ -67,6 +73,7 @@ impl ServerConfig {
         header_read_timeout: Duration,
         keep_alive_timeout: Duration,
         body_read_timeout: Duration,
+        body_deadline: Duration,
         write_timeout: Duration,
         max_connections: usize
     );

@@ -21,9 +21,11 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | `server` | the accept loop, a connection's request loop, parsing, responses |
+//! | `h1` | the HTTP/1.1 codec, pure functions over bytes shared by both roles: request and response heads, framing, the chunked decoder |
+//! | `server` | the accept loop, a connection's request loop, responses, lingering close after an error |
 //! | `body` | [`Body`]: streamed request bodies (length or chunked), whole or streamed responses |
-//! | `client` | [`Client`]: `http://` and `https://` requests with a keep-alive pool per origin |
+//! | `client` | [`Client`]: `http://` and `https://` requests with a keep-alive pool per origin; response bodies stream from the connection |
+//! | `error` | [`Error`] and [`ErrorKind`]: what a client request failed on |
 //! | `config` | [`ServerConfig`]: limits and timeouts |
 //! | `date` | the cached `Date` header |
 //! | `stream` | plain TCP or TLS: one reader and one writer at once over a split rustls session |

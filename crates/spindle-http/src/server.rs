@@ -365,10 +365,10 @@ fn serve_connection(
         // the answer, whatever the handler returned.
         let failed = incoming.as_ref().and_then(|i| i.lock().error);
         if let Some(kind) = failed {
-            let status = if kind == io::ErrorKind::FileTooLarge {
-                StatusCode::PAYLOAD_TOO_LARGE
-            } else {
-                StatusCode::BAD_REQUEST
+            let status = match kind {
+                io::ErrorKind::FileTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+                io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => StatusCode::REQUEST_TIMEOUT,
+                _ => StatusCode::BAD_REQUEST,
             };
             out.extend_from_slice(&error_response(status));
             if flush(&conn, &mut out).is_ok() {
@@ -407,7 +407,7 @@ fn serve_connection(
             return;
         }
         let mut inc = incoming.lock();
-        if inc.error.is_some() || !finish_body(&mut inc, config) {
+        if inc.error.is_some() || !finish_body(&mut inc) {
             return;
         }
         buf = std::mem::take(&mut inc.buf);
@@ -450,7 +450,7 @@ fn lingering_close(conn: &Stream) {
 
 /// Reads and discards what the handler left of the request body, up to
 /// 1 MiB; `false` if the connection cannot be reused.
-fn finish_body(inc: &mut Incoming, config: &ServerConfig) -> bool {
+fn finish_body(inc: &mut Incoming) -> bool {
     if inc.is_done() {
         return true;
     }
@@ -459,7 +459,6 @@ fn finish_body(inc: &mut Incoming, config: &ServerConfig) -> bool {
         // will come, and the connection cannot be reused.
         return false;
     }
-    let _ = inc.conn.set_read_timeout(Some(config.body_read_timeout));
     let mut sink = [0u8; 8192];
     let mut drained = 0u64;
     loop {
@@ -574,8 +573,9 @@ fn parse(
         framing,
         config.max_body_bytes,
         parsed.expect_continue,
+        config.body_read_timeout,
+        std::time::Instant::now() + config.body_deadline,
     )));
-    let _ = conn.set_read_timeout(Some(config.body_read_timeout));
     let req = request(Body::incoming(incoming.clone()));
     Ok(Some(Head::Request(req, parsed.keep_alive, Some(incoming))))
 }

@@ -491,3 +491,38 @@ fn a_client_still_sending_its_body_reads_the_error_status_instead_of_a_reset() {
         200
     );
 }
+
+#[test]
+fn a_client_dripping_its_body_is_cut_off_at_the_body_deadline() {
+    // One byte every 100 ms: each read is well within the per-read
+    // timeout, but the body deadline (1 s) ends the request with 408.
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let addr = start(
+        &rt,
+        ServerConfig::default()
+            .body_read_timeout(Duration::from_secs(5))
+            .body_deadline(Duration::from_secs(1)),
+    );
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(b"POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: 1000\r\n\r\n")
+        .unwrap();
+    let mut writer = s.try_clone().unwrap();
+    let drip = std::thread::spawn(move || {
+        for _ in 0..1000 {
+            std::thread::sleep(Duration::from_millis(100));
+            if writer.write_all(b"x").is_err() {
+                return;
+            }
+        }
+    });
+    let started = Instant::now();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out).into_owned();
+    assert_eq!(status_of(&text), 408, "{text}");
+    // A bound for the hang this catches (the drip would take 100 s).
+    assert!(started.elapsed() < Duration::from_secs(15));
+    drop(s);
+    drip.join().unwrap();
+}
