@@ -190,12 +190,31 @@ impl Incoming {
         }
     }
 
-    fn fill(&mut self) -> io::Result<usize> {
-        if self.continue_pending {
-            self.continue_pending = false;
-            use std::io::Write;
-            (&*self.conn).write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
+    /// Sends the `100 Continue` a client waiting with `Expect:
+    /// 100-continue` needs before it sends its body, once: into `out` (the
+    /// connection's pending responses) when given, else straight to the
+    /// socket. The one place that writes it.
+    pub(crate) fn send_continue(&mut self, out: Option<&mut Vec<u8>>) -> io::Result<()> {
+        if !self.continue_pending {
+            return Ok(());
         }
+        self.continue_pending = false;
+        const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+        match out {
+            Some(out) => {
+                out.extend_from_slice(CONTINUE);
+                Ok(())
+            }
+            None => {
+                use std::io::Write;
+                (&*self.conn).write_all(CONTINUE)
+            }
+        }
+    }
+
+    fn fill(&mut self) -> io::Result<usize> {
+        // The first read of the body is what the client waits for a 100 for.
+        self.send_continue(None)?;
         // Each read waits at most `per_read`, and never past the body's
         // deadline: a client dripping its body cannot stretch it.
         let left = self

@@ -1,7 +1,7 @@
 //! The `Date` header, formatted at most once a second per worker thread.
 
 use std::cell::Cell;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 /// An IMF-fixdate is always this long: `Sun, 06 Nov 1994 08:49:37 GMT`.
 const LEN: usize = 29;
@@ -14,10 +14,9 @@ thread_local! {
 /// once per second on each thread: no lock, no allocation, no reference
 /// count on the response path.
 pub(crate) fn now() -> [u8; LEN] {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or(Duration::ZERO)
-        .as_secs();
+    // The coarse clock: read on every response, and a few ms of lag is
+    // nothing at a one-second resolution.
+    let secs = spindle::time::coarse_unix_secs();
     CACHE.with(|c| {
         let (at, text) = c.get();
         if at == secs {

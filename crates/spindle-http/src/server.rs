@@ -350,6 +350,7 @@ fn serve_connection(
             }
         };
         let is_head = req.method() == Method::HEAD;
+        let is_connect = req.method() == Method::CONNECT;
         let version = req.version();
         let result = panic::catch_unwind(AssertUnwindSafe(|| handler(*req)));
         let response = match result {
@@ -383,15 +384,27 @@ fn serve_connection(
         // reader holding the lock is in `fill`, which sent the 100 first.)
         if let Some(incoming) = &incoming {
             if response.body().as_bytes().is_none() {
-                let mut inc = incoming.lock();
-                if inc.continue_pending {
-                    inc.continue_pending = false;
-                    out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
-                }
+                // Into the pending responses: it cannot fail here.
+                let _ = incoming.lock().send_continue(Some(&mut out));
             }
         }
-        let keep = keep_alive && !draining.load(Ordering::SeqCst);
-        if write_response(&conn, &mut out, response, version, is_head, keep).is_err() {
+        // A 2xx to CONNECT would turn the connection into a tunnel (RFC 9110
+        // §9.3.6), which a handler here cannot take over: the answer goes
+        // out without framing and the connection closes, so nothing after
+        // it is read as HTTP.
+        let tunnel = is_connect && response.status().is_success();
+        let keep = keep_alive && !tunnel && !draining.load(Ordering::SeqCst);
+        if write_response(
+            &conn,
+            &mut out,
+            response,
+            version,
+            is_head || tunnel,
+            keep,
+            tunnel,
+        )
+        .is_err()
+        {
             return;
         }
         if !keep {
@@ -580,6 +593,21 @@ fn parse(
     Ok(Some(Head::Request(req, parsed.keep_alive, Some(incoming))))
 }
 
+/// Appends `n` in decimal (no formatting machinery on the hot path).
+fn push_decimal(out: &mut Vec<u8>, mut n: usize) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
 fn write_response(
     conn: &Stream,
     out: &mut Vec<u8>,
@@ -587,6 +615,7 @@ fn write_response(
     version: Version,
     is_head: bool,
     keep_alive: bool,
+    tunnel: bool,
 ) -> io::Result<()> {
     let (parts, body) = response.into_parts();
     let status = parts.status;
@@ -625,7 +654,8 @@ fn write_response(
     // headers at all, and a 304 none of ours (its body is always empty).
     let bodiless_status = status.is_informational()
         || status == StatusCode::NO_CONTENT
-        || status == StatusCode::NOT_MODIFIED;
+        || status == StatusCode::NOT_MODIFIED
+        || tunnel;
     if bodiless_status {
         out.extend_from_slice(b"\r\n");
         if out.len() >= 32 * 1024 {
@@ -635,7 +665,9 @@ fn write_response(
     }
     match body.into_kind() {
         Ok(full) => {
-            write!(out, "content-length: {}\r\n\r\n", full.len())?;
+            out.extend_from_slice(b"content-length: ");
+            push_decimal(out, full.len());
+            out.extend_from_slice(b"\r\n\r\n");
             if !no_body {
                 out.extend_from_slice(&full);
             }
@@ -675,6 +707,20 @@ fn write_response(
                 c.write_all(&frame)?;
             }
             c.write_all(b"0\r\n\r\n")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::push_decimal;
+
+    #[test]
+    fn decimal_lengths_are_written_as_format_would() {
+        for n in [0, 7, 10, 99, 100, 12345, usize::MAX] {
+            let mut out = b"x".to_vec();
+            push_decimal(&mut out, n);
+            assert_eq!(out, format!("x{n}").into_bytes());
         }
     }
 }

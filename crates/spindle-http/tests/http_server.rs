@@ -526,3 +526,58 @@ fn a_client_dripping_its_body_is_cut_off_at_the_body_deadline() {
     drop(s);
     drip.join().unwrap();
 }
+
+#[test]
+fn a_2xx_to_connect_has_no_framing_and_nothing_after_it_is_read_as_http() {
+    // RFC 9110 §9.3.6: no Content-Length or Transfer-Encoding in a 2xx to
+    // CONNECT; the connection would be a tunnel, which a handler cannot
+    // take over here, so it closes: the pipelined request behind the
+    // CONNECT is never answered.
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let addr = start(&rt, ServerConfig::default());
+    let text = raw(
+        addr,
+        b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n\
+          GET /smuggled HTTP/1.1\r\nHost: a\r\n\r\n",
+    );
+    assert_eq!(status_of(&text), 200, "{text}");
+    let lower = text.to_ascii_lowercase();
+    assert!(!lower.contains("content-length"), "{text}");
+    assert!(!lower.contains("transfer-encoding"), "{text}");
+    assert_eq!(
+        text.matches("HTTP/1.1").count(),
+        1,
+        "one response only: {text}"
+    );
+    assert!(!text.contains("/smuggled"), "{text}");
+}
+
+#[test]
+fn expect_100_continue_gets_exactly_one_interim_response() {
+    // A client that waits for 100 before its body, to a handler that reads
+    // the body (the reader sends the 100) and to one that streams its
+    // answer first (the response path sends it): one 100 each time.
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let addr = start(&rt, ServerConfig::default());
+    for path in ["/up", "/stream"] {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\
+             Connection: close\r\n\r\n"
+        );
+        s.write_all(head.as_bytes()).unwrap();
+        let mut first = [0u8; 25];
+        s.read_exact(&mut first).unwrap();
+        assert_eq!(&first, b"HTTP/1.1 100 Continue\r\n\r\n", "{path}");
+        s.write_all(b"hello").unwrap();
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+        let rest = String::from_utf8_lossy(&rest).into_owned();
+        assert!(
+            !rest.contains("100 Continue"),
+            "{path}: a second 100 in {rest}"
+        );
+        assert_eq!(status_of(&rest), 200, "{path}: {rest}");
+    }
+}
