@@ -13,6 +13,7 @@
 //! [`Client::tls_config`].
 
 use crate::h1::chunked;
+use crate::h1::encode;
 use crate::h1::framing::BodyFraming;
 use crate::h1::response;
 use std::collections::HashMap;
@@ -21,7 +22,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::header;
 use http::{Method, Request, Response, Uri};
 use spindle::net::TcpStream;
 
@@ -437,37 +437,24 @@ fn encode_head(
     body_len: usize,
 ) -> io::Result<Vec<u8>> {
     let mut out = Vec::with_capacity(256);
-    let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-    out.extend_from_slice(method.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(path.as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\n");
-    if !headers.contains_key(header::HOST) {
-        out.extend_from_slice(b"host: ");
-        let (https, host, port) = origin;
-        if host.contains(':') {
-            out.extend_from_slice(format!("[{host}]").as_bytes()); // IPv6
-        } else {
-            out.extend_from_slice(host.as_bytes());
-        }
-        if *port != if *https { 443 } else { 80 } {
-            out.extend_from_slice(format!(":{port}").as_bytes());
-        }
-        out.extend_from_slice(b"\r\n");
+    let target = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    let (https, host, port) = origin;
+    let mut authority = if host.contains(':') {
+        format!("[{host}]") // IPv6
+    } else {
+        host.clone()
+    };
+    if *port != if *https { 443 } else { 80 } {
+        authority.push_str(&format!(":{port}"));
     }
-    for (name, value) in headers {
-        if name == header::CONTENT_LENGTH || name == header::TRANSFER_ENCODING {
-            continue;
-        }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    if body_len > 0 || !(method == Method::GET || method == Method::HEAD) {
-        out.extend_from_slice(format!("content-length: {body_len}\r\n").as_bytes());
-    }
-    out.extend_from_slice(b"\r\n");
+    encode::request_head(
+        &mut out,
+        method,
+        target,
+        authority.as_bytes(),
+        headers,
+        body_len as u64,
+    );
     Ok(out)
 }
 

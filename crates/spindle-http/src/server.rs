@@ -32,7 +32,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::BytesMut;
-use http::header;
 use http::{Method, Request, Response, StatusCode, Version};
 use spindle::net::{TcpListener, TcpStream};
 
@@ -40,6 +39,7 @@ use crate::stream::{Stream, TlsStream};
 
 use crate::body::{Body, Framing, Incoming};
 use crate::config::ServerConfig;
+use crate::h1::encode::{self, ResponseFraming};
 use crate::h1::request::{parse_request, Limits, RequestBody};
 
 /// An HTTP/1.1 server whose handlers are ordinary functions run on the
@@ -593,21 +593,6 @@ fn parse(
     Ok(Some(Head::Request(req, parsed.keep_alive, Some(incoming))))
 }
 
-/// Appends `n` in decimal (no formatting machinery on the hot path).
-fn push_decimal(out: &mut Vec<u8>, mut n: usize) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
-}
-
 fn write_response(
     conn: &Stream,
     out: &mut Vec<u8>,
@@ -619,45 +604,27 @@ fn write_response(
 ) -> io::Result<()> {
     let (parts, body) = response.into_parts();
     let status = parts.status;
-    out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(status.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
-    out.extend_from_slice(b"\r\n");
-    for (name, value) in parts.headers.iter() {
-        if name == header::CONTENT_LENGTH
-            || name == header::TRANSFER_ENCODING
-            || name == header::CONNECTION
-        {
-            continue; // framing is ours to decide
-        }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    if !parts.headers.contains_key(header::DATE) {
-        out.extend_from_slice(b"date: ");
-        out.extend_from_slice(&crate::date::now());
-        out.extend_from_slice(b"\r\n");
-    }
-    if !keep_alive {
-        out.extend_from_slice(b"connection: close\r\n");
-    } else if version == Version::HTTP_10 {
-        out.extend_from_slice(b"connection: keep-alive\r\n");
-    }
-    let no_body = is_head
-        || status.is_informational()
-        || status == StatusCode::NO_CONTENT
-        || status == StatusCode::NOT_MODIFIED;
     // RFC 9110 §8.6 and §6.4.1: a 1xx or 204 response has no framing
-    // headers at all, and a 304 none of ours (its body is always empty).
+    // headers at all, and a 304 none of ours (its body is always empty);
+    // nor has a 2xx to CONNECT (§9.3.6).
     let bodiless_status = status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED
         || tunnel;
+    let date = crate::date::now();
+    let head = |out: &mut Vec<u8>, framing| {
+        encode::response_head(
+            out,
+            status,
+            version,
+            &parts.headers,
+            &date,
+            keep_alive,
+            framing,
+        )
+    };
     if bodiless_status {
-        out.extend_from_slice(b"\r\n");
+        head(out, ResponseFraming::None);
         if out.len() >= 32 * 1024 {
             flush(conn, out)?;
         }
@@ -665,10 +632,8 @@ fn write_response(
     }
     match body.into_kind() {
         Ok(full) => {
-            out.extend_from_slice(b"content-length: ");
-            push_decimal(out, full.len());
-            out.extend_from_slice(b"\r\n\r\n");
-            if !no_body {
+            head(out, ResponseFraming::Length(full.len() as u64));
+            if !is_head {
                 out.extend_from_slice(&full);
             }
             // Batched with the next pipelined responses unless it is big.
@@ -681,46 +646,30 @@ fn write_response(
             let mut c = conn;
             if version == Version::HTTP_10 {
                 // No chunked encoding in 1.0: stream and close.
-                out.extend_from_slice(b"\r\n");
+                head(out, ResponseFraming::Close);
                 flush(conn, out)?;
-                if !no_body {
+                if !is_head {
                     io::copy(&mut reader, &mut c)?;
                 }
                 return Err(io::Error::other("HTTP/1.0 stream ends with the connection"));
             }
-            out.extend_from_slice(b"transfer-encoding: chunked\r\n\r\n");
+            head(out, ResponseFraming::Chunked);
             flush(conn, out)?;
-            if no_body {
+            if is_head {
                 return Ok(());
             }
-            let mut chunk = vec![0u8; 16 * 1024];
-            let mut frame = Vec::with_capacity(chunk.len() + 16);
+            let mut data = vec![0u8; 16 * 1024];
+            let mut frame = Vec::with_capacity(data.len() + 16);
             loop {
-                let n = reader.read(&mut chunk)?;
+                let n = reader.read(&mut data)?;
                 if n == 0 {
                     break;
                 }
                 frame.clear();
-                write!(frame, "{n:x}\r\n")?;
-                frame.extend_from_slice(&chunk[..n]);
-                frame.extend_from_slice(b"\r\n");
+                encode::chunk(&mut frame, &data[..n]);
                 c.write_all(&frame)?;
             }
-            c.write_all(b"0\r\n\r\n")
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::push_decimal;
-
-    #[test]
-    fn decimal_lengths_are_written_as_format_would() {
-        for n in [0, 7, 10, 99, 100, 12345, usize::MAX] {
-            let mut out = b"x".to_vec();
-            push_decimal(&mut out, n);
-            assert_eq!(out, format!("x{n}").into_bytes());
+            c.write_all(encode::LAST_CHUNK)
         }
     }
 }

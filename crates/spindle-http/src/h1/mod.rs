@@ -5,6 +5,8 @@
 //! * [`response`]: response heads, and how their body is delimited.
 //! * [`framing`]: `Content-Length`, `Transfer-Encoding` and `Connection`
 //!   values, and which body a message has (RFC 9112 §6).
+//! * [`encode`]: writing request and response heads and chunk framing,
+//!   with the framing headers always the encoder's own.
 //! * [`chunked`]: the chunked transfer coding — size lines, trailer
 //!   fields, and the one incremental decoder both roles read bodies with
 //!   (RFC 9112 §7.1).
@@ -15,6 +17,7 @@
 //! and the fuzz targets (`fuzz/`) drive these functions directly.
 
 pub(crate) mod chunked;
+pub(crate) mod encode;
 pub(crate) mod framing;
 pub(crate) mod request;
 pub(crate) mod response;

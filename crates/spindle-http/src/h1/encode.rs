@@ -1,0 +1,265 @@
+//! Writing messages: request and response heads and the chunked coding's
+//! framing, for both roles, as pure functions appending to a buffer.
+//!
+//! Framing headers are never copied from the caller's header map: the
+//! encoder writes `Content-Length`, `Transfer-Encoding` and (for responses)
+//! `Connection` itself, from the framing it is given, so a handler cannot
+//! send a message whose framing disagrees with its body. A response whose
+//! status has no body (1xx, 204, 304 — RFC 9110 §6.4.1, §8.6) and a 2xx to
+//! CONNECT (§9.3.6) carry no framing headers at all.
+
+use http::header::{self, HeaderMap};
+use http::{Method, StatusCode, Version};
+
+/// How a response's body is delimited on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ResponseFraming {
+    /// No framing headers: a bodiless status, or a 2xx to CONNECT.
+    None,
+    /// `Content-Length: n` (the body itself may be omitted: HEAD).
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+    /// Neither: the body ends with the connection (HTTP/1.0 streaming).
+    Close,
+}
+
+/// Writes a response head: status line, the caller's fields (without
+/// framing ones), `Date` unless given, `Connection` as `keep_alive` and
+/// the version need, the framing, and the blank line.
+pub(crate) fn response_head(
+    out: &mut Vec<u8>,
+    status: StatusCode,
+    version: Version,
+    headers: &HeaderMap,
+    date: &[u8],
+    keep_alive: bool,
+    framing: ResponseFraming,
+) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in headers {
+        if name == header::CONTENT_LENGTH
+            || name == header::TRANSFER_ENCODING
+            || name == header::CONNECTION
+        {
+            continue; // framing is the encoder's to write
+        }
+        field(out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    if !headers.contains_key(header::DATE) {
+        field(out, b"date", date);
+    }
+    if !keep_alive {
+        out.extend_from_slice(b"connection: close\r\n");
+    } else if version == Version::HTTP_10 {
+        out.extend_from_slice(b"connection: keep-alive\r\n");
+    }
+    match framing {
+        ResponseFraming::None | ResponseFraming::Close => {}
+        ResponseFraming::Length(n) => content_length(out, n),
+        ResponseFraming::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes a request head: request line, `Host` (from `host` unless the
+/// fields have one), the caller's fields (without framing ones), a
+/// `Content-Length` of `body_len` when there is a body or the method
+/// expects one, and the blank line.
+pub(crate) fn request_head(
+    out: &mut Vec<u8>,
+    method: &Method,
+    target: &str,
+    host: &[u8],
+    headers: &HeaderMap,
+    body_len: u64,
+) {
+    out.extend_from_slice(method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    if !headers.contains_key(header::HOST) {
+        field(out, b"host", host);
+    }
+    for (name, value) in headers {
+        if name == header::CONTENT_LENGTH || name == header::TRANSFER_ENCODING {
+            continue;
+        }
+        field(out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    if body_len > 0 || !(method == Method::GET || method == Method::HEAD) {
+        content_length(out, body_len);
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// One chunk of a chunked body (`data` must not be empty: that is the
+/// last chunk, [`LAST_CHUNK`]).
+pub(crate) fn chunk(out: &mut Vec<u8>, data: &[u8]) {
+    debug_assert!(!data.is_empty());
+    push_hex(out, data.len() as u64);
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The last chunk of a chunked body, with no trailers.
+pub(crate) const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
+
+fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+fn content_length(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(b"content-length: ");
+    push_decimal(out, n);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends `n` in decimal (no formatting machinery on the hot path).
+pub(crate) fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+fn push_hex(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 16];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b"0123456789abcdef"[(n % 16) as usize];
+        n /= 16;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn response(
+        status: u16,
+        headers: &[(&str, &str)],
+        keep: bool,
+        framing: ResponseFraming,
+    ) -> String {
+        let mut map = HeaderMap::new();
+        for (n, v) in headers {
+            map.append(
+                http::header::HeaderName::from_bytes(n.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        let mut out = Vec::new();
+        response_head(
+            &mut out,
+            StatusCode::from_u16(status).unwrap(),
+            Version::HTTP_11,
+            &map,
+            b"Tue, 01 Dec 2026 12:00:00 GMT",
+            keep,
+            framing,
+        );
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn a_response_head_gets_our_framing_never_the_handlers() {
+        let head = response(
+            200,
+            &[
+                ("content-length", "999"),
+                ("transfer-encoding", "gzip"),
+                ("connection", "x"),
+                ("x-a", "1"),
+            ],
+            true,
+            ResponseFraming::Length(5),
+        );
+        assert_eq!(
+            head,
+            "HTTP/1.1 200 OK\r\nx-a: 1\r\ndate: Tue, 01 Dec 2026 12:00:00 GMT\r\ncontent-length: 5\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn bodiless_and_closing_responses() {
+        let head = response(204, &[], true, ResponseFraming::None);
+        assert!(
+            !head.contains("content-length") && !head.contains("transfer-encoding"),
+            "{head}"
+        );
+        let head = response(200, &[], false, ResponseFraming::Chunked);
+        assert!(
+            head.contains("connection: close\r\n")
+                && head.contains("transfer-encoding: chunked\r\n")
+        );
+        let head = response(200, &[("date", "then")], true, ResponseFraming::Close);
+        assert!(
+            head.contains("date: then\r\n") && !head.contains("2026"),
+            "{head}"
+        );
+    }
+
+    #[test]
+    fn a_request_head_has_host_and_a_length_when_it_needs_one() {
+        let mut out = Vec::new();
+        request_head(
+            &mut out,
+            &Method::GET,
+            "/a?b",
+            b"example.com:8080",
+            &HeaderMap::new(),
+            0,
+        );
+        assert_eq!(out, b"GET /a?b HTTP/1.1\r\nhost: example.com:8080\r\n\r\n");
+        let mut out = Vec::new();
+        let mut map = HeaderMap::new();
+        map.insert(header::HOST, HeaderValue::from_static("given"));
+        map.insert(header::CONTENT_LENGTH, HeaderValue::from_static("1"));
+        request_head(&mut out, &Method::POST, "/", b"ignored", &map, 0);
+        assert_eq!(
+            out,
+            b"POST / HTTP/1.1\r\nhost: given\r\ncontent-length: 0\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn chunks_and_numbers_are_framed_exactly() {
+        let mut out = Vec::new();
+        chunk(&mut out, &[b'x'; 26]);
+        out.extend_from_slice(LAST_CHUNK);
+        let mut want = b"1a\r\n".to_vec();
+        want.extend_from_slice(&[b'x'; 26]);
+        want.extend_from_slice(b"\r\n0\r\n\r\n");
+        assert_eq!(out, want);
+        for n in [0u64, 9, 10, 12345, u64::MAX] {
+            let mut out = Vec::new();
+            push_decimal(&mut out, n);
+            assert_eq!(out, n.to_string().into_bytes());
+            let mut out = Vec::new();
+            push_hex(&mut out, n);
+            assert_eq!(out, format!("{n:x}").into_bytes());
+        }
+    }
+}
