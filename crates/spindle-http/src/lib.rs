@@ -34,6 +34,7 @@
 mod body;
 mod client;
 mod config;
+mod conn;
 mod date;
 mod error;
 #[doc(hidden)]

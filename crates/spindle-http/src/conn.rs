@@ -1,0 +1,485 @@
+//! One server connection: [`Conn`] owns the stream, its read and write
+//! buffers and the phase it is in, and is the one place that sets the
+//! socket's timeouts for a phase.
+//!
+//! ```text
+//! establish (TLS handshake: header_read_timeout)
+//!   └─ loop: Head  (keep_alive_timeout for the first byte, then one
+//!                   header_read_timeout deadline for the whole head)
+//!            Handler (the request body: body_read_timeout per read and a
+//!                   body_deadline for all of it — set by the body reader)
+//!            Write (write_timeout per write; pipelined answers batched)
+//!            Body  (what the handler left of the body is drained)
+//!   └─ an error answer: status, then a lingering close
+//! ```
+//!
+//! Closing after a response is a value (`keep_alive` false), not an error.
+//! The parsing and encoding rules are `h1`'s; this module only moves bytes.
+
+use std::io::{self, Read, Write};
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use http::{Method, Request, Response, StatusCode, Version};
+use spindle::net::TcpStream;
+
+use crate::body::{Body, Framing, Incoming};
+use crate::config::ServerConfig;
+use crate::h1::encode::{self, ResponseFraming};
+use crate::h1::request::{parse_request, Limits, RequestBody};
+use crate::stream::{Stream, TlsStream};
+
+/// Where a connection is in its request loop (for what a timeout means).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Between requests, waiting for the next one's first byte
+    /// (`keep_alive_timeout`).
+    Idle,
+    /// Reading a request head (`header_read_timeout` for all of it).
+    Head,
+    /// The handler runs (and may read the body).
+    Handler,
+    /// The response is being written.
+    Write,
+    /// Draining what the handler left of the request body.
+    Body,
+}
+
+/// A server connection (see the module docs).
+pub(crate) struct Conn {
+    stream: Arc<Stream>,
+    /// Bytes read and not yet parsed (a head, a pipelined request).
+    buf: BytesMut,
+    /// Responses not yet written: pipelined requests are answered with one
+    /// write for the batch, flushed before any read that may wait.
+    out: Vec<u8>,
+    /// What each socket read lands in before it joins `buf`: zeroed once
+    /// per connection, not once per read as a stack array would be.
+    scratch: Vec<u8>,
+    phase: Phase,
+}
+
+impl Conn {
+    fn new(stream: Stream) -> Conn {
+        Conn {
+            stream: Arc::new(stream),
+            buf: BytesMut::with_capacity(8 * 1024),
+            out: Vec::new(),
+            scratch: vec![0u8; 8 * 1024],
+            phase: Phase::Head,
+        }
+    }
+
+    /// Sets the socket up and, for HTTPS, runs the handshake (on this, the
+    /// connection's fiber). `None`: the handshake failed; the peer has had an
+    /// alert if it spoke TLS at all.
+    pub(crate) fn establish(
+        conn: TcpStream,
+        tls: Option<Arc<rustls::ServerConfig>>,
+        config: &ServerConfig,
+    ) -> Option<Conn> {
+        let _ = conn.set_nodelay(true);
+        let _ = conn.set_write_timeout(Some(config.write_timeout));
+        let Some(tls) = tls else {
+            return Some(Conn::new(Stream::Plain(conn)));
+        };
+        let _ = conn.set_read_timeout(Some(config.header_read_timeout));
+        let session = rustls::ServerConnection::new(tls).ok()?;
+        let stream = TlsStream::handshake(conn, session).ok()?;
+        Some(Conn::new(Stream::Tls(Box::new(stream))))
+    }
+
+    /// Serves requests on this connection until it closes, is drained,
+    /// or fails.
+    pub(crate) fn serve(
+        mut self,
+        config: &ServerConfig,
+        handler: &(dyn Fn(Request<Body>) -> Response<Body> + Send + Sync),
+        idle: &std::sync::atomic::AtomicBool,
+        draining: &std::sync::atomic::AtomicBool,
+    ) {
+        loop {
+            idle.store(self.buf.is_empty(), Ordering::SeqCst);
+            if draining.load(Ordering::SeqCst) && self.buf.is_empty() {
+                let _ = self.flush();
+                return; // draining: no new request on an idle connection
+            }
+            let head = self.read_head(config);
+            idle.store(false, Ordering::SeqCst);
+            let (req, keep_alive, incoming) = match head {
+                Head::Request(r, k, i) => (r, k, i),
+                Head::Closed => {
+                    let _ = self.flush();
+                    return;
+                }
+                Head::Error(status) => return self.answer_error(status),
+            };
+            let is_head = req.method() == Method::HEAD;
+            let is_connect = req.method() == Method::CONNECT;
+            let version = req.version();
+            self.phase = Phase::Handler;
+            let result = panic::catch_unwind(AssertUnwindSafe(|| handler(*req)));
+            let response = match result {
+                Ok(r) => r,
+                Err(p) if p.is::<spindle::Cancelled>() => panic::resume_unwind(p),
+                Err(_) => {
+                    self.out
+                        .extend_from_slice(&error_response(StatusCode::INTERNAL_SERVER_ERROR));
+                    let _ = self.flush();
+                    return;
+                }
+            };
+            // A body the handler read past its limit, or malformed: that is
+            // the answer, whatever the handler returned.
+            let failed = incoming.as_ref().and_then(|i| i.lock().error);
+            if let Some(kind) = failed {
+                let status = match kind {
+                    io::ErrorKind::FileTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+                    io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
+                        StatusCode::REQUEST_TIMEOUT
+                    }
+                    _ => StatusCode::BAD_REQUEST,
+                };
+                return self.answer_error(status);
+            }
+            // The response goes out first: a streamed response may itself be
+            // reading the request body (an echo), so the body lock is not held.
+            // Such a response may need the body the client holds back for
+            // `Expect: 100-continue`: the interim 100 goes out before it. (A
+            // reader holding the lock is in `fill`, which sent the 100 first.)
+            if let Some(incoming) = &incoming {
+                if response.body().as_bytes().is_none() {
+                    // Into the pending responses: it cannot fail here.
+                    let _ = incoming.lock().send_continue(Some(&mut self.out));
+                }
+            }
+            // A 2xx to CONNECT would turn the connection into a tunnel (RFC 9110
+            // §9.3.6), which a handler here cannot take over: the answer goes
+            // out without framing and the connection closes, so nothing after
+            // it is read as HTTP.
+            let tunnel = is_connect && response.status().is_success();
+            let keep = keep_alive && !tunnel && !draining.load(Ordering::SeqCst);
+            self.phase = Phase::Write;
+            if self
+                .write_response(response, version, is_head || tunnel, keep, tunnel)
+                .is_err()
+            {
+                return;
+            }
+            if !keep {
+                let _ = self.flush();
+                return;
+            }
+            // Then finish the request body: drain what is left, or close.
+            let Some(incoming) = incoming else {
+                continue; // no body: the buffer holds the next request already
+            };
+            // The client may wait for this response before sending the rest.
+            if self.flush().is_err() {
+                return;
+            }
+            self.phase = Phase::Body;
+            let mut inc = incoming.lock();
+            if inc.error.is_some() || !finish_body(&mut inc) {
+                return;
+            }
+            self.buf = std::mem::take(&mut inc.buf);
+        }
+    }
+
+    /// Writes what is pending.
+    fn flush(&mut self) -> io::Result<()> {
+        flush_to(&self.stream, &mut self.out)
+    }
+
+    /// Answers with an error status and closes without a reset.
+    fn answer_error(&mut self, status: StatusCode) {
+        self.out.extend_from_slice(&error_response(status));
+        if self.flush().is_ok() {
+            lingering_close(&self.stream);
+        }
+    }
+
+    /// Reads until a whole request head is in (or the connection closes,
+    /// or the head is refused). Its timeouts: `keep_alive_timeout` for the
+    /// first byte, then `header_read_timeout` for the whole head.
+    fn read_head(&mut self, config: &ServerConfig) -> Head {
+        let (conn, buf, out, scratch) = (
+            &self.stream,
+            &mut self.buf,
+            &mut self.out,
+            &mut self.scratch,
+        );
+        // Idle until the head's first byte, then Head.
+        let phase = &mut self.phase;
+        *phase = if buf.is_empty() {
+            Phase::Idle
+        } else {
+            Phase::Head
+        };
+        let mut deadline = None;
+        loop {
+            if !buf.is_empty() {
+                match parse(conn, buf, config) {
+                    Ok(Some(h)) => return h,
+                    Ok(None) => {}
+                    Err(status) => return Head::Error(status),
+                }
+                if buf.len() > config.max_head_bytes {
+                    return Head::Error(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+                }
+            }
+            let timeout = if *phase == Phase::Head {
+                let d = *deadline
+                    .get_or_insert_with(|| std::time::Instant::now() + config.header_read_timeout);
+                match d.checked_duration_since(std::time::Instant::now()) {
+                    Some(left) if !left.is_zero() => left,
+                    _ => return Head::Closed, // slowloris: close without a word
+                }
+            } else {
+                config.keep_alive_timeout
+            };
+            // About to read, maybe to wait: what is answered goes out first.
+            if flush_to(conn, out).is_err() {
+                return Head::Closed;
+            }
+            let _ = conn.set_read_timeout(Some(timeout));
+            match (&**conn).read(scratch) {
+                Ok(0) | Err(_) => return Head::Closed,
+                Ok(n) => {
+                    buf.extend_from_slice(&scratch[..n]);
+                    *phase = Phase::Head;
+                }
+            }
+        }
+    }
+
+    /// Writes `response` into the pending responses (streamed bodies go
+    /// straight out). Its timeout: `write_timeout` per write, set at
+    /// `establish`.
+    fn write_response(
+        &mut self,
+        response: Response<Body>,
+        version: Version,
+        is_head: bool,
+        keep_alive: bool,
+        tunnel: bool,
+    ) -> io::Result<()> {
+        let (conn, out) = (&*self.stream, &mut self.out);
+        let (parts, body) = response.into_parts();
+        let status = parts.status;
+        // RFC 9110 §8.6 and §6.4.1: a 1xx or 204 response has no framing
+        // headers at all, and a 304 none of ours (its body is always empty);
+        // nor has a 2xx to CONNECT (§9.3.6).
+        let bodiless_status = status.is_informational()
+            || status == StatusCode::NO_CONTENT
+            || status == StatusCode::NOT_MODIFIED
+            || tunnel;
+        let date = crate::date::now();
+        let head = |out: &mut Vec<u8>, framing| {
+            encode::response_head(
+                out,
+                status,
+                version,
+                &parts.headers,
+                &date,
+                keep_alive,
+                framing,
+            )
+        };
+        if bodiless_status {
+            head(out, ResponseFraming::None);
+            if out.len() >= 32 * 1024 {
+                flush_to(conn, out)?;
+            }
+            return Ok(());
+        }
+        match body.into_kind() {
+            Ok(full) => {
+                head(out, ResponseFraming::Length(full.len() as u64));
+                if !is_head {
+                    out.extend_from_slice(&full);
+                }
+                // Batched with the next pipelined responses unless it is big.
+                if out.len() >= 32 * 1024 {
+                    flush_to(conn, out)?;
+                }
+                Ok(())
+            }
+            Err(mut reader) => {
+                let mut c = conn;
+                if version == Version::HTTP_10 {
+                    // No chunked encoding in 1.0: stream and close.
+                    head(out, ResponseFraming::Close);
+                    flush_to(conn, out)?;
+                    if !is_head {
+                        io::copy(&mut reader, &mut c)?;
+                    }
+                    return Err(io::Error::other("HTTP/1.0 stream ends with the connection"));
+                }
+                head(out, ResponseFraming::Chunked);
+                flush_to(conn, out)?;
+                if is_head {
+                    return Ok(());
+                }
+                let mut data = vec![0u8; 16 * 1024];
+                let mut frame = Vec::with_capacity(data.len() + 16);
+                loop {
+                    let n = reader.read(&mut data)?;
+                    if n == 0 {
+                        break;
+                    }
+                    frame.clear();
+                    encode::chunk(&mut frame, &data[..n]);
+                    c.write_all(&frame)?;
+                }
+                c.write_all(encode::LAST_CHUNK)
+            }
+        }
+    }
+}
+
+/// An error answer: the status, no body, and the connection closes.
+fn error_response(status: StatusCode) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 {} {}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or("")
+    )
+    .into_bytes()
+}
+
+enum Head {
+    /// The request, whether the connection may be kept alive, and its
+    /// body's reader (`None` when it has no body: the bytes past the head
+    /// stay in the connection's buffer).
+    Request(
+        Box<Request<Body>>,
+        bool,
+        Option<Arc<spindle::sync::Mutex<Incoming>>>,
+    ),
+    Closed,
+    Error(StatusCode),
+}
+
+/// Most bytes read and dropped after an error response before the close.
+const LINGER_BYTES: usize = 256 << 10;
+/// Longest wait for a client to stop sending after an error response.
+const LINGER_TIME: Duration = Duration::from_secs(2);
+
+/// Closes a connection after an error response without resetting it under
+/// the client's feet: a client still sending its request body (a 413 for
+/// an upload, a 400 mid-body) would otherwise get a reset — the kernel
+/// sends RST when unread data is in the receive buffer at close — and
+/// might never read the status. So: shut down our sending side (the
+/// client reads the response, then EOF), then read and drop what the
+/// client still sends, up to [`LINGER_BYTES`] or [`LINGER_TIME`], then
+/// close. As Apache's `lingering_close` and nginx's `lingering_close`.
+fn lingering_close(conn: &Stream) {
+    let tcp = conn.tcp();
+    if tcp.shutdown(std::net::Shutdown::Write).is_err() {
+        return;
+    }
+    let until = std::time::Instant::now() + LINGER_TIME;
+    let mut sink = [0u8; 8192];
+    let mut drained = 0;
+    while drained < LINGER_BYTES {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() || tcp.set_read_timeout(Some(left)).is_err() {
+            return;
+        }
+        // The raw TCP stream: a TLS session's records are dropped unread.
+        match (&*tcp).read(&mut sink) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => drained += n,
+        }
+    }
+}
+
+/// Reads and discards what the handler left of the request body, up to
+/// 1 MiB; `false` if the connection cannot be reused.
+fn finish_body(inc: &mut Incoming) -> bool {
+    if inc.is_done() {
+        return true;
+    }
+    if inc.continue_pending {
+        // The client waits for 100 before sending: never sent, so no body
+        // will come, and the connection cannot be reused.
+        return false;
+    }
+    let mut sink = [0u8; 8192];
+    let mut drained = 0u64;
+    loop {
+        match inc.read(&mut sink) {
+            Ok(0) => return true,
+            Ok(n) => {
+                drained += n as u64;
+                if drained > 1 << 20 {
+                    return false;
+                }
+            }
+            Err(_) => return false,
+        }
+    }
+}
+
+/// Reads and parses one request head. Waits `keep_alive_timeout` for its
+/// first byte, then `header_read_timeout` for the rest.
+/// Writes the buffered responses.
+fn flush_to(conn: &Stream, out: &mut Vec<u8>) -> io::Result<()> {
+    if out.is_empty() {
+        return Ok(());
+    }
+    let mut c = conn;
+    let r = c.write_all(out);
+    out.clear();
+    r
+}
+
+/// Parses a complete head from `buf` (consuming it), or `None` if more
+/// bytes are needed.
+fn parse(
+    conn: &Arc<Stream>,
+    buf: &mut BytesMut,
+    config: &ServerConfig,
+) -> Result<Option<Head>, StatusCode> {
+    let limits = Limits {
+        max_head_bytes: config.max_head_bytes,
+        max_headers: config.max_headers,
+        max_body_bytes: config.max_body_bytes,
+    };
+    // The head's syntax and framing rules are in `h1::request`.
+    let Some(parsed) = parse_request(buf, &limits)? else {
+        return Ok(None);
+    };
+    let (parts, ()) = parsed.request.into_parts();
+    let request = |body: Body| Box::new(Request::from_parts(parts, body));
+    let framing = match parsed.body {
+        RequestBody::None => {
+            // No body: nothing to share with the handler, and the rest of
+            // the buffer (a pipelined request) stays where it is.
+            return Ok(Some(Head::Request(
+                request(Body::empty()),
+                parsed.keep_alive,
+                None,
+            )));
+        }
+        RequestBody::Length(n) => Framing::Length(n),
+        RequestBody::Chunked => Framing::Chunked,
+    };
+    let rest = std::mem::take(buf);
+    let incoming = Arc::new(spindle::sync::Mutex::new(Incoming::new(
+        conn.clone(),
+        rest,
+        framing,
+        config.max_body_bytes,
+        parsed.expect_continue,
+        config.body_read_timeout,
+        std::time::Instant::now() + config.body_deadline,
+    )));
+    let req = request(Body::incoming(incoming.clone()));
+    Ok(Some(Head::Request(req, parsed.keep_alive, Some(incoming))))
+}
