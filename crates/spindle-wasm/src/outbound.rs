@@ -16,7 +16,7 @@
 //! that oneshot. A denied host is an immediate `HttpRequestDenied`.
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
 /// The hosts guests may reach: `host[:port]` entries, `*` for any host.
@@ -126,8 +126,20 @@ impl WasiHttpHooks for OutboundHooks {
         // host call and must not.
         let spawned = spindle::Builder::new()
             .name("wasm-outbound")
-            .spawn(move || {
-                let _ = tx.send(send_on_fiber(&client, request));
+            .spawn(move || match send_on_fiber(&client, request) {
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                }
+                Ok((parts, incoming)) => {
+                    // The head goes to the guest at once; the body follows
+                    // as this fiber reads it from the connection, so a large
+                    // download streams through instead of being collected.
+                    let (chunks_tx, chunks_rx) = tokio::sync::mpsc::channel(4);
+                    let body = ChannelBody { chunks: chunks_rx }.boxed_unsync();
+                    if tx.send(Ok(http::Response::from_parts(parts, body))).is_ok() {
+                        stream_body(incoming, &chunks_tx);
+                    }
+                }
             });
         if spawned.is_err() {
             return Box::new(async {
@@ -147,11 +159,12 @@ impl WasiHttpHooks for OutboundHooks {
     }
 }
 
-/// On the outbound fiber: the request body, the exchange, the response.
+/// On the outbound fiber: the request body, the exchange, the response's
+/// head (its body is read by [`stream_body`]).
 fn send_on_fiber(
     client: &spindle_http::Client,
     request: http::Request<WasiBody>,
-) -> Result<http::Response<WasiBody>, HttpError> {
+) -> Result<(http::response::Parts, spindle_http::Body), HttpError> {
     let (parts, body) = request.into_parts();
     // The guest writes the body after `handle` returns: wait for all of it
     // (parking this fiber, not the guest's).
@@ -163,14 +176,60 @@ fn send_on_fiber(
     // URI too, so keep one.
     req.headers_mut().remove(http::header::HOST);
     let resp = client.request(req).map_err(io_error_code)?;
-    let (parts, body) = resp.into_parts();
-    let bytes = body
-        .into_vec()
-        .map_err(|e| HttpError::InternalError(Some(format!("response body: {e}"))))?;
-    let body = Full::new(Bytes::from(bytes))
-        .map_err(|never| match never {})
-        .boxed_unsync();
-    Ok(http::Response::from_parts(parts, body))
+    Ok(resp.into_parts())
+}
+
+/// On the outbound fiber: reads the response body from its connection and
+/// hands it to the guest's side in chunks. A full channel parks this fiber
+/// (the guest reads slower than the server sends); a dropped receiver (the
+/// guest gave up the body) ends it, which closes the connection.
+fn stream_body(
+    mut body: spindle_http::Body,
+    chunks: &tokio::sync::mpsc::Sender<Result<Bytes, HttpError>>,
+) {
+    use std::io::Read;
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let chunk = match body.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => Ok(Bytes::copy_from_slice(&buf[..n])),
+            Err(e) => Err(
+                match e
+                    .into_inner()
+                    .map(|inner| inner.downcast::<spindle_http::Error>())
+                {
+                    Some(Ok(typed)) => io_error_code(*typed),
+                    Some(Err(other)) => {
+                        HttpError::InternalError(Some(format!("response body: {other}")))
+                    }
+                    None => HttpError::InternalError(Some("response body failed".into())),
+                },
+            ),
+        };
+        let failed = chunk.is_err();
+        if spindle::block_on(chunks.send(chunk)).is_err() || failed {
+            return;
+        }
+    }
+}
+
+/// A response body the outbound fiber feeds, chunk by chunk.
+struct ChannelBody {
+    chunks: tokio::sync::mpsc::Receiver<Result<Bytes, HttpError>>,
+}
+
+impl http_body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = HttpError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, HttpError>>> {
+        self.chunks
+            .poll_recv(cx)
+            .map(|next| next.map(|chunk| chunk.map(http_body::Frame::data)))
+    }
 }
 
 /// The `wasi:http` error code for what the client saw, by its kind.

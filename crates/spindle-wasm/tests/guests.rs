@@ -252,6 +252,13 @@ fn fetch_goes_out_through_the_allow_list() {
         let addr = server.local_addr().unwrap();
         spindle::spawn(move || {
             server.serve(|req| {
+                if req.uri().path() == "/big" {
+                    // Several of the host's chunks, streamed from a reader.
+                    let big = vec![b'z'; 300_000];
+                    return spindle_http::Response::new(spindle_http::Body::from_reader(
+                        std::io::Cursor::new(big),
+                    ));
+                }
                 spindle_http::Response::new(spindle_http::Body::from(format!(
                     "upstream saw {}",
                     req.uri().path()
@@ -277,6 +284,20 @@ fn fetch_goes_out_through_the_allow_list() {
         (status, body.as_str()),
         (200, "upstream 200: upstream saw /hi")
     );
+
+    // A body of several chunks (a chunked upstream response) streams
+    // through the host to the guest whole.
+    let (status, body) = get(
+        addr,
+        "/",
+        &format!("x-fetch-url: http://127.0.0.1:{}/big\r\n", upstream.port()),
+    );
+    assert_eq!(status, 200);
+    let got = body
+        .strip_prefix("upstream 200: ")
+        .expect("the guest's answer");
+    assert_eq!(got.len(), 300_000);
+    assert!(got.bytes().all(|b| b == b'z'));
 
     let started = Instant::now();
     let (status, body) = get(
