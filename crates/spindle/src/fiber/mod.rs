@@ -57,6 +57,7 @@
 //! fibers is left out; see the crate docs.
 
 mod context;
+pub(crate) mod locals;
 pub(crate) mod overflow;
 pub(crate) mod schedule;
 pub(crate) mod stack;
@@ -150,6 +151,8 @@ pub(crate) struct FiberHeader {
     /// destructor). Such a fiber is never force-unwound: a second unwind
     /// started inside a destructor would abort the process.
     pub(crate) suspended_unwinding: Cell<bool>,
+    /// Its `fiber_local!` values (the fiber itself, while it runs).
+    pub(crate) locals: std::cell::RefCell<locals::LocalMap>,
     /// Blocks its thread in place (`park` inside a `block_on` poll):
     /// `unpark` must unpark the thread too.
     blocking_thread: AtomicBool,
@@ -158,7 +161,9 @@ pub(crate) struct FiberHeader {
 // SAFETY: the `UnsafeCell`/`Cell` fields are each touched under a protocol
 // documented at their use: `context`, `reservation` and `slot` only by the
 // owner worker thread while it runs or retires the fiber; `join_waiter` by
-// the joiner before it sets JOIN_WAITER and by the completer after COMPLETE.
+// the joiner before it sets JOIN_WAITER and by the completer after COMPLETE;
+// `locals` (and the `!Send` values in it) only by the fiber itself while it
+// runs, on the one thread it ever runs on.
 unsafe impl Sync for FiberHeader {}
 // SAFETY: as above; the context is only resumed on its owner worker, which
 // `sched` guarantees by never giving a started fiber to another worker.
@@ -196,6 +201,7 @@ impl FiberHeader {
             start_seq: Cell::new(0),
             suspended_unwinding: Cell::new(false),
             blocking_thread: AtomicBool::new(false),
+            locals: std::cell::RefCell::new(locals::LocalMap::default()),
         }
     }
 
@@ -337,6 +343,8 @@ where
             return;
         }
         let result = panic::catch_unwind(AssertUnwindSafe(f));
+        // Its fiber-locals end with it, here on its own stack and worker.
+        locals::teardown(&header.locals);
         if let Err(payload) = result {
             if header.state() & state::STOPPED != 0 {
                 // A runtime stop unwound this stack (or the fiber's own code
