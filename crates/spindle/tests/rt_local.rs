@@ -211,3 +211,47 @@ fn on_a_plain_thread_the_value_belongs_to_the_thread() {
     assert_eq!(other, 0);
     assert_eq!(ID.with(Cell::get), 3);
 }
+
+/// Panics when dropped.
+struct Grenade;
+
+impl Drop for Grenade {
+    fn drop(&mut self) {
+        panic!("a fiber-local's Drop panicked");
+    }
+}
+
+spindle::fiber_local! {
+    static GRENADE: RefCell<Option<Grenade>> = RefCell::new(None);
+    static RECREATED: Cell<u32> = Cell::new(0);
+}
+
+/// Uses another fiber-local while it is dropped (re-creating it).
+struct UsesLocals;
+
+impl Drop for UsesLocals {
+    fn drop(&mut self) {
+        RECREATED.with(|r| r.set(r.get() + 1));
+    }
+}
+
+spindle::fiber_local! {
+    static USES: RefCell<Option<UsesLocals>> = RefCell::new(None);
+}
+
+#[test]
+fn a_panicking_or_local_using_drop_at_the_fibers_end_harms_nobody() {
+    within(Duration::from_secs(30), || {
+        rt(1).run(|| {
+            let h = spindle::spawn(|| {
+                GRENADE.with(|g| *g.borrow_mut() = Some(Grenade));
+                USES.with(|u| *u.borrow_mut() = Some(UsesLocals));
+                42
+            });
+            // The fiber's result survives its locals' teardown.
+            assert_eq!(h.join().unwrap(), 42);
+            // The worker is alive and well.
+            assert_eq!(spindle::spawn(|| 1).join().unwrap(), 1);
+        });
+    });
+}
