@@ -177,6 +177,13 @@ fn block_on_in_place<F: Future>(future: F) -> F::Output {
 }
 
 fn block_on_thread<F: Future>(future: F) -> F::Output {
+    #[cfg(feature = "tokio")]
+    return crate::sched::tokio_context::within(|| block_on_thread_inner(future));
+    #[cfg(not(feature = "tokio"))]
+    block_on_thread_inner(future)
+}
+
+fn block_on_thread_inner<F: Future>(future: F) -> F::Output {
     let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
     let mut cx = Context::from_waker(&waker);
     let mut future = pin!(future);

@@ -154,6 +154,7 @@
 pub mod blocking;
 mod builder;
 pub mod chan;
+pub mod compat;
 mod fiber;
 pub mod fs;
 mod future;

@@ -68,6 +68,8 @@ pub struct RuntimeBuilder {
     thread_name: String,
     stall_warning: Option<Duration>,
     dump_on_sigquit: bool,
+    #[cfg(feature = "tokio")]
+    tokio_handle: Option<tokio::runtime::Handle>,
 }
 
 impl Default for RuntimeBuilder {
@@ -79,6 +81,8 @@ impl Default for RuntimeBuilder {
             thread_name: "spindle-worker".to_string(),
             stall_warning: Some(Duration::from_millis(100)),
             dump_on_sigquit: false,
+            #[cfg(feature = "tokio")]
+            tokio_handle: None,
         }
     }
 }
@@ -124,6 +128,31 @@ impl RuntimeBuilder {
         self
     }
 
+    /// With the `tokio` feature: the tokio runtime whose context every
+    /// worker runs in (by default a shared one started on first use; see
+    /// [`compat::tokio`](crate::compat::tokio)).
+    ///
+    /// ```
+    /// # #[cfg(feature = "tokio")] {
+    /// let tokio_rt = tokio::runtime::Builder::new_multi_thread()
+    ///     .worker_threads(1)
+    ///     .enable_all()
+    ///     .build()
+    ///     .unwrap();
+    /// let rt = spindle::Runtime::builder()
+    ///     .workers(1)
+    ///     .tokio_handle(tokio_rt.handle().clone())
+    ///     .build()
+    ///     .unwrap();
+    /// rt.run(|| spindle::block_on(tokio::time::sleep(std::time::Duration::from_millis(1))));
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub fn tokio_handle(mut self, handle: tokio::runtime::Handle) -> Self {
+        self.tokio_handle = Some(handle);
+        self
+    }
+
     /// Print [`Runtime::dump`] to stderr when the process gets `SIGQUIT`
     /// (`kill -QUIT <pid>`, or Ctrl-\ in a terminal), as Go does. Off by
     /// default: it replaces the signal's default action (core dump).
@@ -145,6 +174,8 @@ impl RuntimeBuilder {
             max_pooled_stacks: self.max_pooled_stacks,
             thread_name: self.thread_name,
             stall_warning: self.stall_warning,
+            #[cfg(feature = "tokio")]
+            tokio_handle: self.tokio_handle,
         })?);
         crate::sched::diag::watchdog::start(&sched, sched.config.stall_warning);
         if self.dump_on_sigquit {

@@ -77,6 +77,8 @@ pub(crate) mod queue;
 pub(crate) mod scope;
 pub(crate) mod sleep_word;
 pub(crate) mod spawn;
+#[cfg(feature = "tokio")]
+pub(crate) mod tokio_context;
 pub(crate) mod wait_queue;
 
 pub(crate) mod worker;
@@ -100,6 +102,10 @@ pub(crate) struct Config {
     pub(crate) thread_name: String,
     /// Report a fiber that holds its worker longer than this.
     pub(crate) stall_warning: Option<std::time::Duration>,
+    /// The tokio runtime whose context the workers run in (the shared one
+    /// when `None`).
+    #[cfg(feature = "tokio")]
+    pub(crate) tokio_handle: Option<tokio::runtime::Handle>,
 }
 
 /// Pads a value to its own cache line so hot counters do not share one.

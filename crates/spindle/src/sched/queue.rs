@@ -450,6 +450,8 @@ mod tests {
                 max_pooled_stacks: 0,
                 thread_name: "queue-test".into(),
                 stall_warning: None,
+                #[cfg(feature = "tokio")]
+                tokio_handle: None,
             })
             .unwrap(),
         )

@@ -278,6 +278,12 @@ pub(crate) fn run(sched: Arc<Scheduler>, index: usize) {
         timer_sample: Cell::new((Instant::now(), 0)),
         sched,
     };
+    // With the `tokio` feature, the worker's whole life is inside a tokio
+    // context (`sched::tokio_context`).
+    #[cfg(feature = "tokio")]
+    let tokio_handle = super::tokio_context::for_workers(worker.sched.config.tokio_handle.as_ref());
+    #[cfg(feature = "tokio")]
+    let _tokio_context = tokio_handle.enter();
     context::enter(&worker);
     worker.shared().local.enter();
     worker.loop_holds.set(true);
