@@ -141,3 +141,169 @@ fn a_runtime_given_with_tokio_handle_is_the_one_used() {
         assert!(spindle::compat::tokio::handle().block_on(async { true }));
     });
 }
+
+/// A PostgreSQL server of its own for a test: a fresh cluster in a
+/// temporary directory, on a free port of 127.0.0.1, stopped and removed on
+/// drop. The binaries are Debian's `postgresql` package (`.ci/run`
+/// installs it); as root the server runs as the `postgres` user.
+struct Postgres {
+    dir: std::path::PathBuf,
+    port: u16,
+    server: std::process::Child,
+}
+
+impl Postgres {
+    fn start() -> Postgres {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .ok()
+            .and_then(|versions| versions.flatten().map(|v| v.path().join("bin")).max())
+            .filter(|bin| bin.join("initdb").exists())
+            .expect("PostgreSQL is not installed (apt-get install postgresql; .ci/run does)");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = std::env::temp_dir().join(format!("spindle-pg-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // SAFETY: getuid has no preconditions.
+        let root = unsafe { libc::getuid() } == 0;
+        let command = |program: &std::path::Path| {
+            let mut c = if root {
+                let mut c = std::process::Command::new("runuser");
+                c.args(["-u", "postgres", "--"]).arg(program);
+                c
+            } else {
+                std::process::Command::new(program)
+            };
+            c.stdout(std::process::Stdio::null());
+            c.stderr(std::process::Stdio::null());
+            c
+        };
+        if root {
+            let ok = std::process::Command::new("chown")
+                .args(["postgres:postgres"])
+                .arg(&dir)
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "chown of the data directory");
+        }
+        let ok = command(&bin.join("initdb"))
+            .args(["-A", "trust", "-U", "postgres", "-D"])
+            .arg(dir.join("data"))
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "initdb failed");
+        let server = command(&bin.join("postgres"))
+            .arg("-D")
+            .arg(dir.join("data"))
+            .args(["-p", &port.to_string(), "-k"])
+            .arg(&dir)
+            .args([
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "max_connections=200",
+            ])
+            .args(["-c", "fsync=off"])
+            .spawn()
+            .unwrap();
+        let pg = Postgres { dir, port, server };
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "postgres did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        pg
+    }
+
+    fn url(&self) -> String {
+        format!("host=127.0.0.1 port={} user=postgres", self.port)
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        // SIGINT to the postmaster (named in its pid file; as root our
+        // child is `runuser`, which does not pass signals on): PostgreSQL's
+        // fast shutdown.
+        let postmaster = std::fs::read_to_string(self.dir.join("data/postmaster.pid"))
+            .ok()
+            .and_then(|text| text.lines().next()?.trim().parse::<i32>().ok())
+            .unwrap_or(self.server.id() as i32);
+        // SAFETY: kill takes plain integers; the pid is our server's.
+        unsafe { libc::kill(postmaster, libc::SIGINT) };
+        let _ = self.server.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Connects a tokio-postgres client; its connection task runs on the
+/// tokio runtime the fiber's worker is in.
+async fn connect(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+#[test]
+fn a_hundred_postgres_sleeps_on_one_worker_overlap_and_a_cancelled_query_wedges_nothing() {
+    within(Duration::from_secs(120), || {
+        let pg = Postgres::start();
+        let url = pg.url();
+        let rt = spindle::Runtime::builder().workers(1).build().unwrap();
+        let started = Instant::now();
+        rt.run(move || {
+            let handles: Vec<_> = (0..100)
+                .map(|_| {
+                    let url = url.clone();
+                    spindle::spawn(move || {
+                        spindle::block_on(async move {
+                            let client = connect(&url).await;
+                            client.query_one("SELECT pg_sleep(0.5)", &[]).await.unwrap();
+                        })
+                    })
+                })
+                .collect();
+            handles.into_iter().for_each(|h| h.join().unwrap());
+            // A bound for what this catches (one worker blocked per query
+            // would take 50 s), not a measurement.
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "{:?}",
+                started.elapsed()
+            );
+
+            // A query cancelled with its fiber: the client is not wedged —
+            // after a cancel request to the server it answers at once.
+            let client = std::sync::Arc::new(spindle::block_on(connect(&url)));
+            let c = client.clone();
+            let long = spindle::spawn(move || {
+                spindle::block_on(async move { c.query_one("SELECT pg_sleep(60)", &[]).await })
+            });
+            spindle::time::sleep(Duration::from_millis(200));
+            long.cancel();
+            assert!(long.join().unwrap_err().is_cancelled());
+            let token = client.cancel_token();
+            spindle::block_on(async move { token.cancel_query(tokio_postgres::NoTls).await })
+                .unwrap();
+            let asked = Instant::now();
+            let row =
+                spindle::block_on(async move { client.query_one("SELECT 1::INT4", &[]).await })
+                    .unwrap();
+            assert_eq!(row.get::<_, i32>(0), 1);
+            assert!(
+                asked.elapsed() < Duration::from_secs(10),
+                "the client stayed wedged"
+            );
+        });
+        drop(pg);
+    });
+}
