@@ -23,6 +23,22 @@ pub struct Outcome {
     pub refused: Option<String>,
 }
 
+impl Outcome {
+    fn ended(messages: usize) -> Outcome {
+        Outcome {
+            messages,
+            refused: None,
+        }
+    }
+
+    fn refused(messages: usize, why: String) -> Outcome {
+        Outcome {
+            messages,
+            refused: Some(why),
+        }
+    }
+}
+
 /// Reads `input` as a server reads a connection: requests one after the
 /// other (pipelined), each head then its body.
 pub fn request(input: &[u8]) -> Outcome {
@@ -35,26 +51,13 @@ pub fn request(input: &[u8]) -> Outcome {
     let mut messages = 0;
     loop {
         if buf.is_empty() {
-            return Outcome {
-                messages,
-                refused: None,
-            };
+            return Outcome::ended(messages);
         }
         let before = buf.len();
         let parsed = match request::parse_request(&mut buf, &limits) {
             Ok(Some(p)) => p,
-            Ok(None) => {
-                return Outcome {
-                    messages,
-                    refused: None,
-                }
-            }
-            Err(status) => {
-                return Outcome {
-                    messages,
-                    refused: Some(status.to_string()),
-                }
-            }
+            Ok(None) => return Outcome::ended(messages),
+            Err(status) => return Outcome::refused(messages, status.to_string()),
         };
         assert!(buf.len() < before, "a parsed head consumed nothing");
         match parsed.body {
@@ -62,10 +65,7 @@ pub fn request(input: &[u8]) -> Outcome {
             RequestBody::Length(n) => {
                 assert!(n <= limits.max_body_bytes);
                 if (buf.len() as u64) < n {
-                    return Outcome {
-                        messages,
-                        refused: None,
-                    };
+                    return Outcome::ended(messages);
                 }
                 let _ = buf.split_to(n as usize);
             }
@@ -73,27 +73,14 @@ pub fn request(input: &[u8]) -> Outcome {
                 Ok(Some((_, used))) => {
                     let _ = buf.split_to(used);
                 }
-                Ok(None) => {
-                    return Outcome {
-                        messages,
-                        refused: None,
-                    }
-                }
-                Err(e) => {
-                    return Outcome {
-                        messages,
-                        refused: Some(e.describe().to_string()),
-                    }
-                }
+                Ok(None) => return Outcome::ended(messages),
+                Err(e) => return Outcome::refused(messages, e.describe().to_string()),
             },
         }
         messages += 1;
         if !parsed.keep_alive {
             // The server closes after this response: the rest is unread.
-            return Outcome {
-                messages,
-                refused: None,
-            };
+            return Outcome::ended(messages);
         }
     }
 }
@@ -107,18 +94,8 @@ pub fn response(input: &[u8]) -> Outcome {
     loop {
         let head = match response::parse_response(&input[pos..], false) {
             Ok(Some(head)) => head,
-            Ok(None) => {
-                return Outcome {
-                    messages,
-                    refused: None,
-                }
-            }
-            Err(e) => {
-                return Outcome {
-                    messages,
-                    refused: Some(e.to_string()),
-                }
-            }
+            Ok(None) => return Outcome::ended(messages),
+            Err(e) => return Outcome::refused(messages, e.to_string()),
         };
         assert!(head.len > 0 && pos + head.len <= input.len());
         pos += head.len;
@@ -129,41 +106,20 @@ pub fn response(input: &[u8]) -> Outcome {
             BodyFraming::Empty => {}
             BodyFraming::Length(n) => {
                 if ((input.len() - pos) as u64) < n {
-                    return Outcome {
-                        messages,
-                        refused: None,
-                    };
+                    return Outcome::ended(messages);
                 }
                 pos += n as usize;
             }
             BodyFraming::Chunked => match chunked::decode_all(&input[pos..]) {
                 Ok(Some((_, used))) => pos += used,
-                Ok(None) => {
-                    return Outcome {
-                        messages,
-                        refused: None,
-                    }
-                }
-                Err(e) => {
-                    return Outcome {
-                        messages,
-                        refused: Some(e.describe().to_string()),
-                    }
-                }
+                Ok(None) => return Outcome::ended(messages),
+                Err(e) => return Outcome::refused(messages, e.describe().to_string()),
             },
-            BodyFraming::ToClose => {
-                return Outcome {
-                    messages: messages + 1,
-                    refused: None,
-                }
-            }
+            BodyFraming::ToClose => return Outcome::ended(messages + 1),
         }
         messages += 1;
         if !head.keep_alive || pos == input.len() {
-            return Outcome {
-                messages,
-                refused: None,
-            };
+            return Outcome::ended(messages);
         }
     }
 }
@@ -172,10 +128,7 @@ pub fn response(input: &[u8]) -> Outcome {
 /// `input[0]` says: both must agree.
 pub fn chunked(input: &[u8]) -> Outcome {
     let Some((&split, body)) = input.split_first() else {
-        return Outcome {
-            messages: 0,
-            refused: None,
-        };
+        return Outcome::ended(0);
     };
     let whole = chunked::decode_all(body);
     let split = (split as usize).min(body.len());
@@ -213,17 +166,8 @@ pub fn chunked(input: &[u8]) -> Outcome {
         (w, s) => panic!("whole {w:?} against split {s:?}"),
     }
     match whole {
-        Ok(Some(_)) => Outcome {
-            messages: 1,
-            refused: None,
-        },
-        Ok(None) => Outcome {
-            messages: 0,
-            refused: None,
-        },
-        Err(e) => Outcome {
-            messages: 0,
-            refused: Some(e.describe().to_string()),
-        },
+        Ok(Some(_)) => Outcome::ended(1),
+        Ok(None) => Outcome::ended(0),
+        Err(e) => Outcome::refused(0, e.describe().to_string()),
     }
 }
