@@ -104,7 +104,17 @@ impl LocalMap {
 /// runs (a `Drop` may use fiber-locals, even re-create one: then that is
 /// dropped in the next round; after a few rounds what is left is leaked
 /// with a report, as std leaks thread-locals re-created in destructors).
+#[inline]
 pub(crate) fn teardown(map: &std::cell::RefCell<LocalMap>) {
+    // Most fibers use no fiber-local: one check, nothing else.
+    if map.borrow().is_empty() {
+        return;
+    }
+    teardown_values(map);
+}
+
+#[cold]
+fn teardown_values(map: &std::cell::RefCell<LocalMap>) {
     for _ in 0..8 {
         let values = map.borrow_mut().take_all();
         if values.is_empty() {

@@ -301,6 +301,7 @@ pub(crate) fn run(sched: Arc<Scheduler>, index: usize) {
 }
 
 impl Worker {
+    #[inline]
     fn shared(&self) -> &WorkerShared {
         &self.sched.workers[self.index]
     }
@@ -308,6 +309,7 @@ impl Worker {
     /// Runs `f` on the local queue from any context on this thread: the
     /// loop's own (lock held) or a fiber's (takes the lock, which only a
     /// thief stealing from a stalled worker may hold meanwhile).
+    #[inline]
     fn with_local<R>(&self, f: impl FnOnce(&mut LocalQueue) -> R) -> R {
         if self.loop_holds.get() {
             // SAFETY: the loop holds the lock and no borrow of the queue
