@@ -121,7 +121,10 @@ impl WaitWord {
 ///
 /// The canceller raises the flag, runs a full fence, then reads the wait
 /// word and, if a wait is pending, races to end it with `Cancelled`
-/// ([`raise`](Self::raise), then [`WaitWord::load`]). A waiter publishes its
+/// ([`raise_unfenced`](Self::raise_unfenced), [`membarrier::heavy`], then
+/// [`WaitWord::load`]). A canceller that finds a pending wait and ends it
+/// by the compare-exchange needs no fence at all: only when it sees none
+/// does it fence and look again. A waiter publishes its
 /// wait ([`WaitWord::begin`] and its registration), runs a full fence, then
 /// reads the flag ([`seen_after_publish`](Self::seen_after_publish)) and
 /// ends its own wait if it is raised. With a fence between each side's
@@ -142,17 +145,10 @@ impl CancelFlag {
         CancelFlag(AtomicBool::new(false))
     }
 
-    /// Raises the flag (the canceller's write and fence; it reads the wait
-    /// word next).
-    #[inline]
-    pub(crate) fn raise(&self) {
-        self.0.store(true, Ordering::SeqCst);
-        membarrier::heavy();
-    }
-
-    /// Raises the flag without the canceller's fence: the caller runs
-    /// [`membarrier::heavy`] itself before it reads the wait word (one
-    /// barrier for many flags), or never reads it (a fiber not started).
+    /// Raises the flag. The canceller runs [`membarrier::heavy`] before it
+    /// relies on a read of the wait word that showed no pending wait (one
+    /// barrier may serve many flags), or never reads it (a fiber not
+    /// started).
     #[inline]
     pub(crate) fn raise_unfenced(&self) {
         self.0.store(true, Ordering::SeqCst);
@@ -409,7 +405,9 @@ mod models {
 
     /// A cancel races a wait being published (`fiber::wait::cancel` against
     /// `sched::park::wait`): the waiter sees the flag, or the canceller sees
-    /// the pending wait and ends it — the cancel is never lost.
+    /// the pending wait and ends it — the cancel is never lost. As in
+    /// `cancel`, the canceller tries the wait word first and fences only
+    /// when it found no pending wait to end.
     #[test]
     fn a_cancel_during_a_wait_start_is_never_lost() {
         ::loom::model(|| {
@@ -417,9 +415,16 @@ mod models {
             let flag = Arc::new(CancelFlag::new());
             let (w, f) = (word.clone(), flag.clone());
             let canceller = thread::spawn(move || {
-                f.raise();
-                let current = w.load();
-                current & 0xff == WAITING as u64 && w.complete(current >> 8, WAITING, CANCELLED)
+                let end = |w: &WaitWord| {
+                    let current = w.load();
+                    current & 0xff == WAITING as u64 && w.complete(current >> 8, WAITING, CANCELLED)
+                };
+                f.raise_unfenced();
+                if end(&w) {
+                    return true;
+                }
+                membarrier::heavy();
+                end(&w)
             });
             let seq = word.begin(WAITING);
             let saw_flag = flag.seen_after_publish();

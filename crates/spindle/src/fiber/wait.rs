@@ -313,10 +313,34 @@ pub(crate) fn exit_cancelled() -> ! {
 
 /// Cancels `fiber` (see `JoinHandle::cancel`).
 pub(crate) fn cancel(fiber: &FiberRef) {
-    // The canceller's half of the handshake (`token::CancelFlag`): raise,
-    // fence, then read the wait word.
-    fiber.header.cancelled.raise();
+    // The canceller's half of the handshake (`token::CancelFlag`). A fiber
+    // parked in a wait — the usual case — is ended by the compare-exchange
+    // on its wait word, which needs no fence; only when no pending wait is
+    // seen must the canceller fence before it relies on the waiter seeing
+    // the flag, so a mass cancel (a drain, a shutdown) pays a process-wide
+    // barrier only for fibers that are not waiting.
+    let header = &fiber.header;
+    header.cancelled.raise_unfenced();
+    if end_pending_wait(fiber) {
+        return;
+    }
+    crate::membarrier::heavy();
     end_wait_of_cancelled(fiber);
+}
+
+/// Ends `fiber`'s wait with `Cancelled` if one is pending; true if this
+/// call ended it.
+fn end_pending_wait(fiber: &FiberRef) -> bool {
+    let word = fiber.header.wait.load();
+    if word & 0xff != WAITING as u64 {
+        return false;
+    }
+    let token = WaitToken {
+        fiber: fiber.clone(),
+        seq: word >> 8,
+        pending: WAITING,
+    };
+    token.wake(Wake::Cancelled, false)
 }
 
 /// The second half of [`cancel`], for a fiber whose flag was raised with
@@ -324,16 +348,8 @@ pub(crate) fn cancel(fiber: &FiberRef) {
 /// wait, or wakes it from a plain park.
 pub(crate) fn end_wait_of_cancelled(fiber: &FiberRef) {
     let header = &fiber.header;
-    let word = header.wait.load();
-    if word & 0xff == WAITING as u64 {
-        let token = WaitToken {
-            fiber: fiber.clone(),
-            seq: word >> 8,
-            pending: WAITING,
-        };
-        if token.wake(Wake::Cancelled, false) {
-            return;
-        }
+    if end_pending_wait(fiber) {
+        return;
     }
     // Parked without a wait (spindle::park, join): the token wakes it, and
     // its park loop sees the flag.
