@@ -257,7 +257,9 @@ impl Incoming {
     fn read_chunked(&mut self, out: &mut [u8]) -> io::Result<usize> {
         loop {
             let decoder = self.chunked.as_mut().expect("a chunked body");
-            let (used, found) = decoder.decode(&self.buf, out.len()).map_err(chunk_error)?;
+            let (used, found) = decoder
+                .decode(&self.buf, out.len())
+                .map_err(|e| e.into_io("body"))?;
             match found {
                 chunked::Decoded::Data { start, len } => {
                     out[..len].copy_from_slice(&self.buf[start..start + len]);
@@ -276,17 +278,6 @@ impl Incoming {
             }
         }
     }
-}
-
-fn chunk_error(e: chunked::ChunkError) -> io::Error {
-    bad(e.describe())
-}
-
-fn bad(what: &str) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidData,
-        format!("malformed chunked body: {what}"),
-    )
 }
 
 impl Read for Incoming {

@@ -635,7 +635,7 @@ impl ResponseReader {
                 Reading::Chunked(decoder) => {
                     let (used, found) = decoder
                         .decode(&self.buf[self.pos..], out.len())
-                        .map_err(chunk_error)?;
+                        .map_err(|e| e.into_io("response"))?;
                     // A chunk announced larger than what may still come is
                     // refused before it is read.
                     if decoder.chunk_left() > self.max.saturating_sub(self.taken) {
@@ -692,11 +692,4 @@ impl Read for ResponseReader {
             io::Error::from(Error::from_exchange(e))
         })
     }
-}
-
-fn chunk_error(e: chunked::ChunkError) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidData,
-        format!("malformed chunked response: {}", e.describe()),
-    )
 }

@@ -47,6 +47,15 @@ impl ChunkError {
             ChunkError::MissingCrlf => "missing CRLF after chunk data",
         }
     }
+
+    /// The I/O error a body read fails with; `what` names the body
+    /// ("body" for a request's, "response" for a response's).
+    pub(crate) fn into_io(self, what: &str) -> std::io::Error {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("malformed chunked {what}: {}", self.describe()),
+        )
+    }
 }
 
 /// Parses a chunk-size line (without its CRLF) into the chunk's size.
