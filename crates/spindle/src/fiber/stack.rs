@@ -349,7 +349,6 @@ impl SizeClass {
             limit: base,
             top: base + self.slot_size(),
             class: self,
-            dirty: true,
         })
     }
 
@@ -447,8 +446,6 @@ pub(crate) struct FiberStack {
     limit: usize,
     top: usize,
     class: &'static SizeClass,
-    /// Pages below the hot top may be resident.
-    dirty: bool,
 }
 
 impl FiberStack {
@@ -466,7 +463,7 @@ impl FiberStack {
     }
 
     /// Gives back every page below the top `keep` bytes.
-    fn discard_below(&mut self, keep: usize) {
+    fn discard_below(&self, keep: usize) {
         let start = self.limit + self.class.guard;
         let end = self.top.saturating_sub(keep).max(start);
         if end > start {
@@ -475,7 +472,6 @@ impl FiberStack {
             // MADV_DONTNEED on private anonymous memory only zero-fills it.
             unsafe { libc::madvise(start as *mut _, end - start, libc::MADV_DONTNEED) };
         }
-        self.dirty = false;
     }
 }
 
@@ -655,6 +651,13 @@ const CREDIT_BATCH: usize = 64;
 /// worker takes a reservation without touching the shared counter).
 pub(crate) struct StackPool {
     stacks: Vec<FiberStack>,
+    /// `stacks[..clean]` have had their deep pages given back since they
+    /// were pooled; the rest may hold resident pages below the hot top.
+    /// (Kept here rather than as a flag in each stack: a `bool` in
+    /// `FiberStack` became the niche of every fiber's `Option<Context>`,
+    /// and building a fiber header then copied uninitialised bytes next to
+    /// it, a store-forwarding stall on every spawn.)
+    clean: usize,
     max: usize,
     last_trim: Instant,
     /// Published for `stats()`.
@@ -667,6 +670,7 @@ impl StackPool {
     pub(crate) fn new(max: usize, credit_class: &'static SizeClass) -> StackPool {
         StackPool {
             stacks: Vec::new(),
+            clean: 0,
             max,
             last_trim: Instant::now(),
             pooled: AtomicUsize::new(0),
@@ -714,14 +718,15 @@ impl StackPool {
             .iter()
             .rposition(|s| std::ptr::eq(s.class, class))?;
         let stack = self.stacks.swap_remove(idx);
+        // The newest stack moved into `idx` may be dirty.
+        self.clean = self.clean.min(idx);
         self.pooled.store(self.stacks.len(), Ordering::Relaxed);
         Some(stack)
     }
 
     /// Keeps `stack` for reuse, or returns it to its class past the bound.
-    pub(crate) fn put(&mut self, mut stack: FiberStack) {
+    pub(crate) fn put(&mut self, stack: FiberStack) {
         if self.stacks.len() < self.max {
-            stack.dirty = true;
             self.stacks.push(stack);
             self.pooled.store(self.stacks.len(), Ordering::Relaxed);
         }
@@ -736,9 +741,10 @@ impl StackPool {
         }
         self.last_trim = Instant::now();
         self.credit_class.trim_dirty();
-        for stack in self.stacks.iter_mut().filter(|s| s.dirty) {
+        for stack in &self.stacks[self.clean..] {
             stack.discard_below(KEEP_HOT);
         }
+        self.clean = self.stacks.len();
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -810,6 +816,55 @@ mod tests {
             // owned by this test until the stack is dropped.
             unsafe { ((s.top - 1) as *mut u8).write_volatile(1) };
         }
+    }
+
+    /// The lowest usable page of `stack`: far below the hot top.
+    fn deep_page(stack: &FiberStack) -> usize {
+        stack.limit + stack.class.guard
+    }
+
+    fn touch(page: usize) {
+        // SAFETY: `page` is a usable page of a stack this test owns (taken
+        // or pooled by it, never running a fiber).
+        unsafe { (page as *mut u8).write_volatile(1) };
+    }
+
+    fn resident(page: usize) -> bool {
+        let mut v = 0u8;
+        // SAFETY: one page-aligned page of a mapping this test owns; `v`
+        // receives one byte per page.
+        let rc = unsafe { libc::mincore(page as *mut _, page_size(), &mut v) };
+        assert_eq!(rc, 0, "mincore: {}", io::Error::last_os_error());
+        v & 1 == 1
+    }
+
+    #[test]
+    fn trim_gives_back_the_deep_pages_of_every_stack_pooled_since_the_last() {
+        let a = class(96);
+        let b = class(100);
+        let mut pool = StackPool::new(8, a);
+        let take = |class: &'static SizeClass, pool: &mut StackPool| {
+            let stack = class.take(class.reserve().unwrap(), pool).unwrap();
+            touch(deep_page(&stack));
+            stack
+        };
+        let (a1, b1, a2) = (take(a, &mut pool), take(b, &mut pool), take(a, &mut pool));
+        let pages = [deep_page(&a1), deep_page(&b1), deep_page(&a2)];
+        pool.put(a1);
+        pool.put(b1);
+        pool.put(a2);
+        assert!(pages.iter().all(|&p| resident(p)));
+        pool.last_trim = Instant::now() - Duration::from_secs(2);
+        pool.trim();
+        assert!(!pages.iter().any(|&p| resident(p)), "trim left deep pages");
+
+        // Taking `b1` moves `a2` into its place; `b1` comes back used.
+        let b1 = pool.pop(b).expect("the pooled stack of class b");
+        touch(deep_page(&b1));
+        pool.put(b1);
+        pool.last_trim = Instant::now() - Duration::from_secs(2);
+        pool.trim();
+        assert!(!resident(pages[1]), "a stack pooled again was not trimmed");
     }
 
     #[test]

@@ -52,7 +52,9 @@ pub(crate) enum WaitKind {
     Join,
     BlockOn,
     Blocking,
-    Other(&'static str),
+    Barrier,
+    WaitGroup,
+    Dump,
 }
 
 impl std::fmt::Display for WaitKind {
@@ -70,7 +72,9 @@ impl std::fmt::Display for WaitKind {
             WaitKind::Join => f.write_str("joining a fiber"),
             WaitKind::BlockOn => f.write_str("waiting for a future (block_on)"),
             WaitKind::Blocking => f.write_str("waiting for the blocking pool"),
-            WaitKind::Other(what) => write!(f, "waiting for {what}"),
+            WaitKind::Barrier => f.write_str("waiting for a barrier"),
+            WaitKind::WaitGroup => f.write_str("waiting for a wait group"),
+            WaitKind::Dump => f.write_str("waiting for a dump"),
         }
     }
 }

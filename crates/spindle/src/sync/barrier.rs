@@ -58,7 +58,7 @@ impl Barrier {
         park::exit_if_cancelled();
         let mut leader = false;
         let why = park::block(
-            WaitKind::Other("a barrier"),
+            WaitKind::Barrier,
             None,
             |notify| {
                 let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -145,7 +145,7 @@ impl WaitGroup {
     pub fn wait(&self) {
         park::exit_if_cancelled();
         let why = park::block(
-            WaitKind::Other("a wait group"),
+            WaitKind::WaitGroup,
             None,
             |notify| {
                 let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());

@@ -83,7 +83,7 @@ pub(crate) fn dump(sched: &Scheduler) -> String {
             .filter(|&i| reports[i].is_none())
             .collect();
         let why = crate::sched::park::block(
-            WaitKind::Other("a dump"),
+            WaitKind::Dump,
             Some(deadline),
             |notify| {
                 let mut waiters = sched.dump_waiters.lock().unwrap_or_else(|e| e.into_inner());

@@ -311,16 +311,20 @@ impl Worker {
     /// thief stealing from a stalled worker may hold meanwhile).
     #[inline]
     fn with_local<R>(&self, f: impl FnOnce(&mut LocalQueue) -> R) -> R {
-        if self.loop_holds.get() {
-            // SAFETY: the loop holds the lock and no borrow of the queue
-            // is live across this call (the loop's borrows are scoped).
-            return f(unsafe { self.shared().local.get() });
-        }
         let local = &self.shared().local;
-        local.enter();
-        // SAFETY: we are inside (see `SharedLocal`).
+        // The loop holds the lock between resumes; a fiber takes it. `f` is
+        // called from one place so that it inlines into the loop.
+        let take = !self.loop_holds.get();
+        if take {
+            local.enter();
+        }
+        // SAFETY: we are inside (see `SharedLocal`): by the loop's hold or
+        // by `enter`; no other borrow of the queue is live across this call
+        // (every borrow is scoped to a `with_local`).
         let r = f(unsafe { local.get() });
-        local.leave();
+        if take {
+            local.leave();
+        }
         r
     }
 
