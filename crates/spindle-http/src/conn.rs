@@ -101,14 +101,24 @@ impl Conn {
         idle: &std::sync::atomic::AtomicBool,
         draining: &std::sync::atomic::AtomicBool,
     ) {
+        // `idle` is stored only when it changes: a pipelined batch is
+        // served without touching it (each store is a full barrier). The
+        // server creates the flag set.
+        let mut is_idle = true;
         loop {
-            idle.store(self.buf.is_empty(), Ordering::SeqCst);
+            if self.buf.is_empty() != is_idle {
+                is_idle = !is_idle;
+                idle.store(is_idle, Ordering::SeqCst);
+            }
             if draining.load(Ordering::SeqCst) && self.buf.is_empty() {
                 let _ = self.flush();
                 return; // draining: no new request on an idle connection
             }
             let head = self.read_head(config);
-            idle.store(false, Ordering::SeqCst);
+            if is_idle {
+                is_idle = false;
+                idle.store(false, Ordering::SeqCst);
+            }
             let (req, keep_alive, incoming) = match head {
                 Head::Request(r, k, i) => (r, k, i),
                 Head::Closed => {
@@ -121,7 +131,7 @@ impl Conn {
             let is_connect = req.method() == Method::CONNECT;
             let version = req.version();
             self.phase = Phase::Handler;
-            let result = panic::catch_unwind(AssertUnwindSafe(|| handler(*req)));
+            let result = panic::catch_unwind(AssertUnwindSafe(|| handler(req)));
             let response = match result {
                 Ok(r) => r,
                 Err(p) if p.is::<spindle::Cancelled>() => panic::resume_unwind(p),
@@ -352,12 +362,15 @@ fn error_response(status: StatusCode) -> Vec<u8> {
     .into_bytes()
 }
 
+// Not boxed: one `Head` lives at a time, on the connection's stack, and a
+// box was an allocation and two copies of the request per request.
+#[allow(clippy::large_enum_variant)]
 enum Head {
     /// The request, whether the connection may be kept alive, and its
     /// body's reader (`None` when it has no body: the bytes past the head
     /// stay in the connection's buffer).
     Request(
-        Box<Request<Body>>,
+        Request<Body>,
         bool,
         Option<Arc<spindle::sync::Mutex<Incoming>>>,
     ),
@@ -456,7 +469,7 @@ fn parse(
         return Ok(None);
     };
     let (parts, ()) = parsed.request.into_parts();
-    let request = |body: Body| Box::new(Request::from_parts(parts, body));
+    let request = |body: Body| Request::from_parts(parts, body);
     let framing = match parsed.body {
         RequestBody::None => {
             // No body: nothing to share with the handler, and the rest of
