@@ -11,6 +11,7 @@
 
 use std::collections::VecDeque;
 use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -132,8 +133,10 @@ where
         state: Mutex::new((None, None)),
     });
     let d = done.clone();
+    let hold = PausedClockHold::new();
     pool().submit(Box::new(move || {
         let result = panic::catch_unwind(AssertUnwindSafe(f));
+        drop(hold);
         let token = {
             let mut st = d.state.lock().unwrap_or_else(|e| e.into_inner());
             st.0 = Some(result);
@@ -168,6 +171,36 @@ where
             match result {
                 Ok(v) => return v,
                 Err(p) => panic::resume_unwind(p),
+            }
+        }
+    }
+}
+
+/// Holds a paused clock still while a job of one of its runtime's fibers
+/// runs: the job takes real time, which the clock must not jump over
+/// (`sched::time_source`). Nothing on a real clock.
+struct PausedClockHold(Option<Arc<crate::sched::Scheduler>>);
+
+impl PausedClockHold {
+    fn new() -> PausedClockHold {
+        PausedClockHold(worker::with_current(|here| {
+            let sched = here?.sched;
+            if !sched.time.is_paused() {
+                return None;
+            }
+            sched.blocking_waits.fetch_add(1, Ordering::SeqCst);
+            Some(sched.clone())
+        }))
+    }
+}
+
+impl Drop for PausedClockHold {
+    fn drop(&mut self) {
+        if let Some(sched) = self.0.take() {
+            if sched.blocking_waits.fetch_sub(1, Ordering::SeqCst) == 1 {
+                // Every worker may sleep with nothing but the clock left to
+                // move it: one of them looks again.
+                sched.wake_one_sleeper();
             }
         }
     }

@@ -46,7 +46,7 @@ pub fn wait_readable(fd: RawFd, timeout: Option<Duration>) -> io::Result<()> {
     wait_fd_as(
         fd,
         READ,
-        timeout.map(|t| Instant::now() + t),
+        timeout.map(|t| crate::time::now() + t),
         false,
         Owner::Foreign,
     )
@@ -57,7 +57,7 @@ pub fn wait_writable(fd: RawFd, timeout: Option<Duration>) -> io::Result<()> {
     wait_fd_as(
         fd,
         WRITE,
-        timeout.map(|t| Instant::now() + t),
+        timeout.map(|t| crate::time::now() + t),
         false,
         Owner::Foreign,
     )

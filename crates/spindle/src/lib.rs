@@ -299,7 +299,7 @@ pub fn park() {
 /// ```
 pub fn park_timeout(timeout: std::time::Duration) {
     if sched::worker::can_park() {
-        let deadline = std::time::Instant::now() + timeout;
+        let deadline = time::now() + timeout;
         sched::park::exit_if_cancelled();
         sched::park::park_until(deadline);
         sched::park::exit_if_cancelled();

@@ -68,6 +68,7 @@ pub struct RuntimeBuilder {
     thread_name: String,
     stall_warning: Option<Duration>,
     dump_on_sigquit: bool,
+    start_paused: bool,
     #[cfg(feature = "tokio")]
     tokio_handle: Option<tokio::runtime::Handle>,
 }
@@ -81,6 +82,7 @@ impl Default for RuntimeBuilder {
             thread_name: "spindle-worker".to_string(),
             stall_warning: Some(Duration::from_millis(100)),
             dump_on_sigquit: false,
+            start_paused: false,
             #[cfg(feature = "tokio")]
             tokio_handle: None,
         }
@@ -153,6 +155,42 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Run on a paused clock, for tests: time moves only by
+    /// [`time::advance`](crate::time::advance), or jumps to the next timer
+    /// when every worker is idle and no fiber waits on the blocking pool.
+    /// Timers, [`sleep`](crate::time::sleep), [`timeout`](crate::time::timeout),
+    /// [`park_timeout`](crate::park_timeout), socket, lock and channel
+    /// deadlines all follow it; read it with [`time::now`](crate::time::now)
+    /// (`std::time::Instant::now` stays the real clock). Real I/O still
+    /// works, but a peer that takes real time to answer can lose against a
+    /// timeout, as with tokio's `start_paused`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let rt = spindle::Runtime::builder()
+    ///     .workers(1)
+    ///     .start_paused(true)
+    ///     .build()
+    ///     .unwrap();
+    /// rt.run(|| {
+    ///     let start = spindle::time::now();
+    ///     let real = std::time::Instant::now();
+    ///     // An hour of sleeping fibers, at once.
+    ///     let sleepers: Vec<_> = (1..=60)
+    ///         .map(|m| spindle::spawn(move || spindle::time::sleep(Duration::from_secs(60 * m))))
+    ///         .collect();
+    ///     for s in sleepers {
+    ///         s.join().unwrap();
+    ///     }
+    ///     assert_eq!(spindle::time::now() - start, Duration::from_secs(3600));
+    ///     assert!(real.elapsed() < Duration::from_secs(5));
+    /// });
+    /// ```
+    pub fn start_paused(mut self, paused: bool) -> Self {
+        self.start_paused = paused;
+        self
+    }
+
     /// Print [`Runtime::dump`] to stderr when the process gets `SIGQUIT`
     /// (`kill -QUIT <pid>`, or Ctrl-\ in a terminal), as Go does. Off by
     /// default: it replaces the signal's default action (core dump).
@@ -174,6 +212,7 @@ impl RuntimeBuilder {
             max_pooled_stacks: self.max_pooled_stacks,
             thread_name: self.thread_name,
             stall_warning: self.stall_warning,
+            start_paused: self.start_paused,
             #[cfg(feature = "tokio")]
             tokio_handle: self.tokio_handle,
         })?);

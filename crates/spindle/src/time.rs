@@ -26,12 +26,9 @@ use crate::sched::{park, worker};
 
 /// Sleeps for `duration`: parks the fiber (or blocks the thread).
 pub fn sleep(duration: Duration) {
-    match Instant::now().checked_add(duration) {
+    match now().checked_add(duration) {
         Some(deadline) => sleep_until(deadline),
-        None => loop {
-            // Effectively forever.
-            sleep(Duration::from_secs(86_400 * 365));
-        },
+        None => park::sleep_forever(),
     }
 }
 
@@ -41,6 +38,67 @@ pub fn sleep_until(deadline: Instant) {
 }
 
 pub use crate::fiber::wait::Elapsed;
+
+/// The current time on the calling fiber's runtime: `Instant::now()`,
+/// unless the runtime runs on a paused clock
+/// ([`RuntimeBuilder::start_paused`](crate::RuntimeBuilder::start_paused)),
+/// whose time moves only by [`advance`] and by jumps to the next timer.
+/// Every deadline of the runtime — `sleep`, `timeout`, socket, lock and
+/// channel timeouts — is measured against it. Off the runtime's workers
+/// (a plain thread, a blocking-pool job) it is the real clock.
+///
+/// ```
+/// use std::time::Duration;
+/// spindle::run(|| {
+///     let start = spindle::time::now();
+///     spindle::time::sleep(Duration::from_millis(5));
+///     assert!(spindle::time::now() - start >= Duration::from_millis(5));
+/// });
+/// ```
+pub fn now() -> Instant {
+    worker::now()
+}
+
+/// Moves the paused clock of the calling fiber's runtime forward by
+/// `duration`: timers that fall due fire, and the caller yields once so
+/// the fibers they wake get to run (as tokio's `time::advance`).
+///
+/// # Panics
+///
+/// Off a runtime's fiber, or if the runtime's clock is not paused.
+///
+/// ```
+/// use std::time::Duration;
+/// let rt = spindle::Runtime::builder().workers(1).start_paused(true).build().unwrap();
+/// rt.run(|| {
+///     let start = spindle::time::now();
+///     let sleeper = spindle::spawn(|| spindle::time::sleep(Duration::from_secs(30)));
+///     spindle::yield_now(); // the sleeper arms its timer
+///     spindle::time::advance(Duration::from_secs(29));
+///     assert!(!sleeper.is_finished());
+///     spindle::time::advance(Duration::from_secs(1));
+///     sleeper.join().unwrap();
+///     assert_eq!(spindle::time::now() - start, Duration::from_secs(30));
+/// });
+/// ```
+pub fn advance(duration: Duration) {
+    let sched = worker::with_current(|here| {
+        let here = here.expect("spindle::time::advance: not on a runtime's fiber");
+        assert!(
+            here.sched.time.is_paused(),
+            "spindle::time::advance: the runtime's clock is not paused (RuntimeBuilder::start_paused)"
+        );
+        here.sched.clone()
+    });
+    let to = sched
+        .time
+        .now()
+        .checked_add(duration)
+        .expect("advance overflows Instant");
+    sched.time.advance_to(to);
+    sched.wake_due_workers();
+    crate::yield_now();
+}
 
 /// Seconds since the Unix epoch from the kernel's coarse wall clock
 /// (`CLOCK_REALTIME_COARSE`: updated every scheduler tick, a few ms; read
@@ -98,7 +156,7 @@ pub fn timeout<T>(duration: Duration, f: impl FnOnce() -> T) -> Result<T, Elapse
         return Ok(f());
     };
     let header = &fiber.header;
-    let deadline = Instant::now() + duration;
+    let deadline = now() + duration;
     let outer = header.deadline.get();
     let effective = match outer {
         Some(o) if o < deadline => o,
@@ -139,7 +197,7 @@ pub fn timeout<T>(duration: Duration, f: impl FnOnce() -> T) -> Result<T, Elapse
 /// ```
 pub fn sleep_future(duration: Duration) -> Sleep {
     Sleep {
-        deadline: Instant::now() + duration,
+        deadline: now() + duration,
         armed: None,
     }
 }
@@ -170,7 +228,7 @@ impl Future for Sleep {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if Instant::now() >= self.deadline {
+        if now() >= self.deadline {
             return Poll::Ready(());
         }
         if self.armed.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {

@@ -331,7 +331,7 @@ impl<T> Sender<T> {
 
     /// Like [`send`](Self::send), giving up after `timeout`.
     pub fn send_timeout(&self, msg: T, timeout: Duration) -> Result<(), SendTimeoutError<T>> {
-        self.send_until(msg, Some(Instant::now() + timeout))
+        self.send_until(msg, Some(crate::time::now() + timeout))
     }
 
     /// Sends only if it can be done without waiting.
@@ -434,7 +434,7 @@ impl<T> Receiver<T> {
 
     /// Like [`recv`](Self::recv), giving up after `timeout`.
     pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
-        self.recv_until(Some(Instant::now() + timeout))
+        self.recv_until(Some(crate::time::now() + timeout))
     }
 
     /// Receives only if a message is there now.

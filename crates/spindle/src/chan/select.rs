@@ -10,7 +10,7 @@
 //! the wait itself, so two arms never both complete.
 
 use std::cell::Cell;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::{put, slot, take, Receiver, RecvError, SendError, Sender, Slot, SlotState};
 use crate::sched::park::{self, Notify, WaitKind, Wake};
@@ -250,7 +250,7 @@ pub fn __select(
     timeout: Option<Duration>,
 ) -> bool {
     let n = arms.len();
-    let deadline = timeout.map(|t| Instant::now() + t);
+    let deadline = timeout.map(|t| crate::time::now() + t);
     loop {
         let start = if n > 0 { random_start(n) } else { 0 };
         for k in 0..n {
@@ -261,7 +261,7 @@ pub fn __select(
         if nonblocking && deadline.is_none() {
             return false;
         }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
+        if deadline.is_some_and(|d| crate::time::now() >= d) {
             return false;
         }
         park::exit_if_cancelled();

@@ -289,7 +289,7 @@ impl Timeout {
 
     /// The deadline for a call starting now.
     pub(crate) fn deadline(&self) -> Option<Instant> {
-        self.get().and_then(|d| Instant::now().checked_add(d))
+        self.get().and_then(|d| crate::time::now().checked_add(d))
     }
 }
 

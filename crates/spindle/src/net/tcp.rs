@@ -213,10 +213,10 @@ impl TcpStream {
         addr: A,
         timeout: Duration,
     ) -> io::Result<TcpStream> {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::time::now() + timeout;
         let timed_out = || io::Error::new(io::ErrorKind::TimedOut, "connection timed out");
         each_addr(&addr, |a| {
-            if Instant::now() >= deadline {
+            if crate::time::now() >= deadline {
                 return Err(timed_out());
             }
             connect_addr(a, Some(deadline)).map_err(|e| {

@@ -77,6 +77,7 @@ pub(crate) mod queue;
 pub(crate) mod scope;
 pub(crate) mod sleep_word;
 pub(crate) mod spawn;
+pub(crate) mod time_source;
 #[cfg(feature = "tokio")]
 pub(crate) mod tokio_context;
 pub(crate) mod wait_queue;
@@ -102,6 +103,8 @@ pub(crate) struct Config {
     pub(crate) thread_name: String,
     /// Report a fiber that holds its worker longer than this.
     pub(crate) stall_warning: Option<std::time::Duration>,
+    /// Run on a paused clock (`time_source`).
+    pub(crate) start_paused: bool,
     /// The tokio runtime whose context the workers run in (the shared one
     /// when `None`).
     #[cfg(feature = "tokio")]
@@ -119,6 +122,11 @@ pub(crate) struct Scheduler {
     pub(crate) poller: Arc<Poller>,
     pub(crate) workers: Box<[WorkerShared]>,
     pub(crate) global: SharedQueue,
+    /// The time every deadline of this runtime is measured on.
+    pub(crate) time: time_source::TimeSource,
+    /// Fibers of this runtime waiting for a blocking-pool job: a paused
+    /// clock does not auto-advance while one runs (it takes real time).
+    pub(crate) blocking_waits: AtomicUsize,
     clock: CachePadded<AtomicU64>,
     /// Fibers spawned, and finished, by threads that are not this runtime's
     /// workers (workers count their own in `WorkerShared`).
@@ -183,6 +191,9 @@ pub(crate) struct WorkerShared {
     /// The dispatch the watchdog found stalled, and since when.
     pub(crate) stalled_seq: AtomicU64,
     pub(crate) stall_since: Mutex<Option<std::time::Instant>>,
+    /// The worker's earliest timer, published before it sleeps on a paused
+    /// clock (`TimeSource::encode`), for the auto-advance.
+    pub(crate) next_deadline: AtomicU64,
 }
 
 use sleep_word::{SleepWord, AWAKE, POLLING, SLEEPING};
@@ -209,6 +220,7 @@ impl WorkerShared {
             dispatch_seq: AtomicU64::new(0),
             stalled_seq: AtomicU64::new(u64::MAX),
             stall_since: Mutex::new(None),
+            next_deadline: AtomicU64::new(time_source::NO_DEADLINE),
         }
     }
 }
@@ -219,12 +231,19 @@ impl Scheduler {
         let workers = (0..config.workers).map(|_| WorkerShared::new()).collect();
         let poller = Arc::new(Poller::new()?);
         crate::poll::publish(&poller);
+        let time = if config.start_paused {
+            time_source::TimeSource::paused()
+        } else {
+            time_source::TimeSource::real()
+        };
         Ok(Scheduler {
             poller,
             running_workers: Mutex::new(config.workers),
             config,
             workers,
             global: SharedQueue::new(),
+            time,
+            blocking_waits: AtomicUsize::new(0),
             clock: CachePadded(AtomicU64::new(1)),
             spawned_elsewhere: AtomicU64::new(0),
             finished_elsewhere: AtomicU64::new(0),
@@ -340,6 +359,17 @@ impl Scheduler {
             if !w.sleep.is(AWAKE) {
                 self.wake_worker(i);
                 return;
+            }
+        }
+    }
+
+    /// After a paused clock moved: wakes the sleeping workers whose
+    /// earliest timer is now due (awake ones fire theirs in their loop).
+    pub(crate) fn wake_due_workers(&self) {
+        let now = self.time.encode(Some(self.time.now()));
+        for (i, w) in self.workers.iter().enumerate() {
+            if w.next_deadline.load(Ordering::SeqCst) <= now {
+                self.wake_worker(i);
             }
         }
     }

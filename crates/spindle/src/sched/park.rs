@@ -152,7 +152,7 @@ fn wait_with(
         token.wake(Wake::Cancelled, false);
     }
     let timed = match deadline {
-        Some(d) if d <= Instant::now() => {
+        Some(d) if d <= super::worker::now() => {
             token.wake(Wake::TimedOut, false);
             false
         }
@@ -254,6 +254,23 @@ pub(crate) fn park_until(deadline: Instant) {
     }
 }
 
+/// A sleep with no representable deadline (`time::sleep(Duration::MAX)`):
+/// no timer is armed, so a paused clock has nothing to jump to; only a
+/// cancel or an enclosing `timeout` ends it on a fiber.
+pub(crate) fn sleep_forever() -> ! {
+    loop {
+        if crate::fiber::running_is_stopped() || !crate::sched::worker::can_park() {
+            std::thread::park();
+            continue;
+        }
+        match wait(WaitKind::Sleep, None, |_| true, |_| ()) {
+            Wake::Cancelled => exit_cancelled(),
+            Wake::Elapsed => elapsed_exit(),
+            _ => {}
+        }
+    }
+}
+
 /// Parks the calling fiber until `deadline` (`time::sleep_until`); a
 /// thread, or a fiber that may not switch, sleeps in place.
 pub(crate) fn sleep_until(deadline: Instant) {
@@ -269,7 +286,7 @@ pub(crate) fn sleep_until(deadline: Instant) {
         }
         return;
     }
-    while Instant::now() < deadline {
+    while super::worker::now() < deadline {
         // Nothing but the timer (or a cancel, or a timeout) ends this wait.
         match wait(WaitKind::Sleep, Some(deadline), |_| true, |_| ()) {
             Wake::Cancelled => exit_cancelled(),

@@ -450,6 +450,7 @@ mod tests {
                 max_pooled_stacks: 0,
                 thread_name: "queue-test".into(),
                 stall_warning: None,
+                start_paused: false,
                 #[cfg(feature = "tokio")]
                 tokio_handle: None,
             })

@@ -64,7 +64,7 @@ impl Condvar {
         guard: MutexGuard<'a, T>,
         timeout: Duration,
     ) -> (MutexGuard<'a, T>, WaitTimeoutResult) {
-        self.wait_until_inner(guard, Some(Instant::now() + timeout))
+        self.wait_until_inner(guard, Some(crate::time::now() + timeout))
     }
 
     /// Waits while `condition` holds.

@@ -83,7 +83,7 @@ impl Semaphore {
 
     /// Takes a permit, giving up after `timeout`.
     pub fn acquire_timeout(&self, timeout: Duration) -> Option<SemaphorePermit<'_>> {
-        self.acquire_until(Some(Instant::now() + timeout))
+        self.acquire_until(Some(crate::time::now() + timeout))
     }
 
     /// Takes a permit if one is free and nobody waits first.

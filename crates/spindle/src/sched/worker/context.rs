@@ -65,6 +65,13 @@ pub(crate) fn with_current<R>(f: impl FnOnce(Option<Here<'_>>) -> R) -> R {
     })
 }
 
+/// The time on the calling worker's runtime (paused or real); the real
+/// clock off the workers.
+#[inline]
+pub(crate) fn now() -> Instant {
+    with_worker(|w| w.map_or_else(Instant::now, |w| w.sched.time.now()))
+}
+
 /// The calling worker's part of a dump (called on a fiber of it).
 pub(crate) fn report_here() -> String {
     with_worker(|w| w.map(|w| w.report()).unwrap_or_default())
@@ -132,7 +139,7 @@ pub(crate) fn arm_timer(deadline: Instant, target: TimerTarget) {
             if s.timers.is_empty() {
                 // The loop samples the clock only while timers are armed.
                 w.timer_sample
-                    .set((Instant::now(), w.sched.current_stamp()));
+                    .set((w.sched.time.now(), w.sched.current_stamp()));
             }
             s.timers.arm(deadline, target);
         })
@@ -182,7 +189,7 @@ pub(crate) fn in_block_on_poll() -> bool {
 pub(crate) fn drive_in_place() {
     with_worker(|w| {
         if let Some(w) = w {
-            w.fire_timers(Instant::now());
+            w.fire_timers(w.sched.time.now());
             let poller = &w.sched.poller;
             if poller.has_registrations() && poller.try_lease() {
                 w.poll_events(Some(std::time::Duration::ZERO));

@@ -55,6 +55,19 @@ impl Worker {
             s.pool.trim();
             s.timers.next_deadline()
         });
+        let time = &self.sched.time;
+        let paused = time.is_paused();
+        // On a paused clock no real wait ends at a timer: the clock moves by
+        // `advance` or the auto-advance below. The deadline is published
+        // before this worker counts itself a sleeper (`time_source`).
+        let next_deadline = if paused {
+            self.shared()
+                .next_deadline
+                .store(time.encode(next_deadline), Ordering::SeqCst);
+            None
+        } else {
+            next_deadline
+        };
         let timeout = next_deadline.map(|d| d.saturating_duration_since(Instant::now()));
         let poller = &self.sched.poller;
         let leased = poller.try_lease();
@@ -69,7 +82,11 @@ impl Worker {
         // A waker called on this thread (a timer that woke a future) pushes
         // to the local queue, which no other thread's wake would announce.
         let local_work = self.with_local(|local| local.len() > 0);
-        if local_work || self.sched.has_visible_work(self.index) || self.stealable_elsewhere() {
+        if local_work
+            || self.sched.has_visible_work(self.index)
+            || self.stealable_elsewhere()
+            || (paused && self.auto_advance(leased))
+        {
             self.wake_self(state);
             if leased {
                 poller.release_lease();
@@ -103,6 +120,48 @@ impl Worker {
             }
             self.wake_self(state);
         }
+    }
+
+    /// A paused clock's auto-advance (`time_source`), tried by a worker
+    /// that found nothing to run and counts itself a sleeper: if it is the
+    /// last awake and no fiber waits on the blocking pool, poll ready I/O
+    /// first (holding the lease), then jump the clock to the earliest
+    /// published timer and wake the workers it is due on. True if this
+    /// worker should go back to its loop instead of sleeping.
+    fn auto_advance(&self, leased: bool) -> bool {
+        let sched = &self.sched;
+        if sched.sleepers.load(Ordering::SeqCst) < sched.workers.len()
+            || sched.blocking_waits.load(Ordering::SeqCst) > 0
+        {
+            return false;
+        }
+        if leased {
+            self.poll_events(Some(std::time::Duration::ZERO));
+            if self.with_local(|local| local.len() > 0) || sched.has_visible_work(self.index) {
+                return true;
+            }
+        }
+        let earliest = sched
+            .workers
+            .iter()
+            .map(|w| w.next_deadline.load(Ordering::SeqCst))
+            .min()
+            .unwrap_or(super::super::time_source::NO_DEADLINE);
+        let Some(to) = sched.time.decode(earliest) else {
+            return false; // no timer anywhere: sleep until I/O or a push
+        };
+        sched.time.advance_to(to);
+        let mut mine = false;
+        for (i, w) in sched.workers.iter().enumerate() {
+            if w.next_deadline.load(Ordering::SeqCst) <= earliest {
+                if i == self.index {
+                    mine = true;
+                } else {
+                    sched.wake_worker(i);
+                }
+            }
+        }
+        mine
     }
 
     /// Leaves a sleep state this worker entered itself, unless a waker

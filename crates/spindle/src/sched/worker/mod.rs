@@ -56,7 +56,7 @@ use crate::fiber::FiberRef;
 use crate::poll::timer::TimerHeap;
 
 pub(crate) use context::{
-    arm_timer, can_park, current_fiber, drive_in_place, in_block_on_poll, note_dead_timer,
+    arm_timer, can_park, current_fiber, drive_in_place, in_block_on_poll, note_dead_timer, now,
     on_fiber, push_if_owner, push_new_here, report_here, reserve_here, with_current, BlockOnPoll,
 };
 
@@ -275,7 +275,7 @@ pub(crate) fn run(sched: Arc<Scheduler>, index: usize) {
         dump_answered: Cell::new(0),
         last_sleep_short: Cell::new(false),
         last_poll: Cell::new(Instant::now()),
-        timer_sample: Cell::new((Instant::now(), 0)),
+        timer_sample: Cell::new((sched.time.now(), 0)),
         sched,
     };
     // With the `tokio` feature, the worker's whole life is inside a tokio

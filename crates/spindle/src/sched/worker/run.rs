@@ -33,7 +33,7 @@ impl Worker {
                 }
                 continue;
             }
-            if self.fire_timers(Instant::now()) > 0 || self.steal() {
+            if self.fire_timers(self.sched.time.now()) > 0 || self.steal() {
                 continue;
             }
             self.sleep();
@@ -180,8 +180,8 @@ impl Worker {
         if no_timers && !poller.has_registrations() {
             return;
         }
+        self.fire_timers(self.sched.time.now());
         let now = Instant::now();
-        self.fire_timers(now);
         if poller.has_registrations()
             && now.duration_since(self.last_poll.get()) >= crate::poll::CADENCE
         {
@@ -248,6 +248,6 @@ impl Worker {
         if self.state.with(|s| s.timers.is_empty()) {
             return;
         }
-        self.fire_timers(Instant::now());
+        self.fire_timers(self.sched.time.now());
     }
 }
