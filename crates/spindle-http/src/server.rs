@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::{Request, Response};
-use spindle::net::TcpListener;
+use spindle::net::{AcceptLoop, AcceptMode, Acceptor, TcpListener};
 
 use crate::body::Body;
 use crate::config::ServerConfig;
@@ -48,7 +48,7 @@ use crate::conn::Conn;
 /// });
 /// ```
 pub struct Server {
-    listener: TcpListener,
+    acceptor: Acceptor,
     config: ServerConfig,
     tls: Option<Arc<rustls::ServerConfig>>,
     state: Arc<ServerState>,
@@ -58,7 +58,8 @@ pub struct Server {
 #[derive(Default)]
 struct ServerState {
     draining: std::sync::atomic::AtomicBool,
-    accept_fiber: Mutex<Option<spindle::Fiber>>,
+    /// The accept loops' fibers, for `drain` to stop them.
+    accept_fibers: Mutex<Vec<spindle::Fiber>>,
     /// Open connections: their fiber and whether they sit idle between
     /// requests.
     /// A fiber-aware lock: `drain` waits on `closed` under it.
@@ -82,12 +83,12 @@ impl ServerHandle {
     /// Returns how many connections had to be cancelled.
     pub fn drain(&self, deadline: std::time::Instant) -> usize {
         self.state.draining.store(true, Ordering::SeqCst);
-        if let Some(f) = self
+        for f in self
             .state
-            .accept_fiber
+            .accept_fibers
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .take()
+            .drain(..)
         {
             f.cancel();
         }
@@ -133,15 +134,43 @@ impl ServerHandle {
 }
 
 impl Server {
-    /// Binds a listener on `addr`.
+    /// Binds a listener on `addr` (one accept loop: [`AcceptMode::Shared`]).
     pub fn bind<A: ToSocketAddrs + Sync>(addr: A) -> io::Result<Server> {
-        Ok(Server::from_listener(TcpListener::bind(addr)?))
+        Server::bind_with(addr, AcceptMode::Shared)
     }
 
-    /// Serves on an existing listener.
+    /// Binds `addr` to accept as `mode` says: on one loop
+    /// ([`Shared`](AcceptMode::Shared)), on a `SO_REUSEPORT` listener per
+    /// worker with each connection served where it was accepted
+    /// ([`PerWorker`](AcceptMode::PerWorker)), or on one loop dealing
+    /// connections to the workers in turn
+    /// ([`RoundRobin`](AcceptMode::RoundRobin)). `PerWorker` must be called
+    /// on a fiber (it binds one listener per worker of its runtime).
+    ///
+    /// ```no_run
+    /// use spindle::net::AcceptMode;
+    /// use spindle_http::{Body, Response, Server};
+    /// spindle::run(|| {
+    ///     let server = Server::bind_with("127.0.0.1:8080", AcceptMode::PerWorker).unwrap();
+    ///     server.serve(|_req| Response::new(Body::from("Hello, World!"))).unwrap();
+    /// });
+    /// ```
+    pub fn bind_with<A: ToSocketAddrs + Sync>(addr: A, mode: AcceptMode) -> io::Result<Server> {
+        Ok(Server::from_acceptor(Acceptor::bind(addr, mode)?))
+    }
+
+    /// Serves on an existing listener, with one accept loop.
     pub fn from_listener(listener: TcpListener) -> Server {
+        let acceptor = Acceptor::from_listener(listener, AcceptMode::Shared)
+            .expect("a single listener suits the shared mode");
+        Server::from_acceptor(acceptor)
+    }
+
+    /// Serves on the listeners of `acceptor`, placing connections as its
+    /// mode says.
+    pub fn from_acceptor(acceptor: Acceptor) -> Server {
         Server {
-            listener,
+            acceptor,
             config: ServerConfig::default(),
             tls: None,
             state: Arc::new(ServerState::default()),
@@ -178,25 +207,53 @@ impl Server {
 
     /// The address the server listens on.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.listener.local_addr()
+        self.acceptor.local_addr()
     }
 
-    /// Accepts connections forever, one fiber each, calling `handler` for
-    /// every request. Must run on a Spindle fiber.
+    /// Accepts connections until drained, one fiber each, calling
+    /// `handler` for every request. Must run on a Spindle fiber.
     pub fn serve<H>(self, handler: H) -> io::Result<()>
     where
         H: Fn(Request<Body>) -> Response<Body> + Send + Sync + 'static,
     {
-        let handler = Arc::new(handler);
-        let config = Arc::new(self.config);
-        let open = Arc::new(AtomicUsize::new(0));
-        let state = self.state.clone();
-        *state.accept_fiber.lock().unwrap_or_else(|e| e.into_inner()) = spindle::current();
+        let shared = Arc::new(Shared {
+            handler: Box::new(handler),
+            config: self.config,
+            open: AtomicUsize::new(0),
+            state: self.state,
+            tls: self.tls,
+        });
+        self.acceptor
+            .run(move |accepting| shared.accept_loop(accepting))
+    }
+}
+
+/// What every accept loop of one server shares.
+struct Shared {
+    handler: Box<dyn Fn(Request<Body>) -> Response<Body> + Send + Sync>,
+    config: ServerConfig,
+    /// Connections open, for `max_connections`.
+    open: AtomicUsize,
+    state: Arc<ServerState>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+}
+
+impl Shared {
+    /// One accept loop: admits, registers and spawns each connection.
+    fn accept_loop(self: &Arc<Self>, accepting: &AcceptLoop) -> io::Result<()> {
+        let state = &self.state;
+        if let Some(me) = spindle::current() {
+            state
+                .accept_fibers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(me);
+        }
         loop {
             if state.draining.load(Ordering::SeqCst) {
                 return Ok(());
             }
-            let (conn, _) = match self.listener.accept() {
+            let (conn, _) = match accepting.accept() {
                 Ok(c) => c,
                 Err(_) if state.draining.load(Ordering::SeqCst) => return Ok(()),
                 Err(e) if spindle::is_cancelled(&e) => return Err(e),
@@ -208,7 +265,7 @@ impl Server {
                     continue;
                 }
             };
-            if open.load(Ordering::Relaxed) >= config.max_connections {
+            if self.open.load(Ordering::Relaxed) >= self.config.max_connections {
                 // Admission control: answer and close rather than queue.
                 let _ = conn.set_write_timeout(Some(Duration::from_secs(1)));
                 let _ = (&conn).write_all(
@@ -216,38 +273,34 @@ impl Server {
                 );
                 continue;
             }
-            open.fetch_add(1, Ordering::Relaxed);
-            let (handler, config, open2, st, tls) = (
-                handler.clone(),
-                config.clone(),
-                open.clone(),
-                state.clone(),
-                self.tls.clone(),
-            );
+            self.open.fetch_add(1, Ordering::Relaxed);
+            let shared = self.clone();
             let idle = Arc::new(std::sync::atomic::AtomicBool::new(true));
             let idle2 = idle.clone();
             // The connection is registered (for `drain`) before it runs.
             let (registered_tx, registered_rx) = spindle::chan::oneshot::<()>();
-            let spawned = spindle::Builder::new().name("http-conn").spawn(move || {
+            let builder = spindle::Builder::new().name("http-conn");
+            let spawned = accepting.spawn_with(builder, move || {
                 let _ = registered_rx.recv();
                 // Unregisters however the connection ends — a cancel
                 // unwinds the fiber.
-                struct Unregister(Arc<ServerState>, Arc<AtomicUsize>, u64);
+                struct Unregister(Arc<Shared>, u64);
                 impl Drop for Unregister {
                     fn drop(&mut self) {
-                        let mut conns = self.0.conns.lock();
-                        conns.remove(&self.2);
-                        self.1.fetch_sub(1, Ordering::Relaxed);
+                        let mut conns = self.0.state.conns.lock();
+                        conns.remove(&self.1);
+                        self.0.open.fetch_sub(1, Ordering::Relaxed);
                         drop(conns);
-                        self.0.closed.notify_all();
+                        self.0.state.closed.notify_all();
                     }
                 }
                 let id = spindle::current().map(|f| f.id()).unwrap_or(0);
-                let _unregister = Unregister(st.clone(), open2, id);
-                let Some(conn) = Conn::establish(conn, tls, &config) else {
+                let shared = Unregister(shared, id);
+                let s = &shared.0;
+                let Some(conn) = Conn::establish(conn, s.tls.clone(), &s.config) else {
                     return; // a failed handshake: this connection only
                 };
-                conn.serve(&config, &*handler, &idle2, &st.draining);
+                conn.serve(&s.config, &*s.handler, &idle2, &s.state.draining);
             });
             match spawned {
                 Ok(h) => {
@@ -258,7 +311,7 @@ impl Server {
                 Err(_) => {
                     // No stack for a fiber: this connection is refused, the
                     // server goes on.
-                    open.fetch_sub(1, Ordering::Relaxed);
+                    self.open.fetch_sub(1, Ordering::Relaxed);
                 }
             }
         }

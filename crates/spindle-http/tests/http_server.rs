@@ -27,6 +27,9 @@ fn handler(req: Request<Body>) -> Response<Body> {
         *r.status_mut() = spindle_http::StatusCode::NO_CONTENT;
         return r;
     }
+    if path == "/worker" {
+        return Response::new(Body::from(spindle::worker_id().unwrap().to_string()));
+    }
     if path == "/sleep" {
         spindle::time::sleep(Duration::from_millis(50));
     }
@@ -350,6 +353,66 @@ fn drain_closes_idle_connections_finishes_in_flight_and_cancels_the_rest() {
         s.read(&mut b)
     });
     assert!(matches!(refused, Err(_) | Ok(0)), "{refused:?}");
+}
+
+/// Python keep-alive clients against each accept mode on two workers:
+/// which worker answered each request of each connection.
+fn workers_seen(mode: spindle::net::AcceptMode) -> Vec<Vec<u8>> {
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let (addr, handle, served) = rt.run(move || {
+        let server = Server::bind_with("127.0.0.1:0", mode).unwrap();
+        let addr = server.local_addr().unwrap();
+        let handle = server.handle();
+        (addr, handle, spindle::spawn(move || server.serve(handler)))
+    });
+    let out = python(&format!(
+        r#"
+import http.client
+conns = [http.client.HTTPConnection("127.0.0.1", {port}, timeout=10) for _ in range(40)]
+seen = [[] for _ in conns]
+for _ in range(3):
+    for i, c in enumerate(conns):
+        c.request("GET", "/worker")
+        r = c.getresponse()
+        assert r.status == 200
+        seen[i].append(r.read().decode())
+for s in seen:
+    print(" ".join(s))
+"#,
+        port = addr.port()
+    ));
+    // Drain stops every accept loop, and `serve` returns.
+    let cancelled = rt.run(move || handle.drain(Instant::now() + Duration::from_secs(2)));
+    assert_eq!(cancelled, 0);
+    rt.run(move || served.join().unwrap()).unwrap();
+    out.lines()
+        .map(|l| l.split(' ').map(|w| w.parse().unwrap()).collect())
+        .collect()
+}
+
+fn per_worker(seen: &[Vec<u8>]) -> [usize; 2] {
+    let mut n = [0; 2];
+    for s in seen {
+        assert!(s.iter().all(|&w| w == s[0]), "a connection moved: {s:?}");
+        n[s[0] as usize] += 1;
+    }
+    n
+}
+
+#[test]
+fn round_robin_accept_deals_python_connections_evenly_and_each_stays() {
+    let seen = workers_seen(spindle::net::AcceptMode::RoundRobin);
+    assert_eq!(per_worker(&seen), [20, 20]);
+}
+
+#[test]
+fn per_worker_accept_serves_each_connection_where_it_was_accepted() {
+    let seen = workers_seen(spindle::net::AcceptMode::PerWorker);
+    let n = per_worker(&seen);
+    assert!(
+        n[0] > 0 && n[1] > 0,
+        "one worker's listener got nothing: {n:?}"
+    );
 }
 
 #[test]

@@ -4,7 +4,7 @@ use std::io;
 
 use crate::fiber::JoinHandle;
 use crate::runtime::Runtime;
-use crate::sched::spawn::{spawn_here, spawn_on, spawn_pinned, SpawnOptions};
+use crate::sched::spawn::{spawn_here, spawn_on, spawn_on_worker, spawn_pinned, SpawnOptions};
 
 /// Configures a fiber before spawning it, like `std::thread::Builder`.
 ///
@@ -67,6 +67,31 @@ impl Builder {
         T: Send + 'static,
     {
         spawn_on(rt.scheduler(), self.options, f)
+    }
+
+    /// Spawns on the calling fiber's runtime, pinned to worker `index`
+    /// (`0..`[`worker_count`](crate::worker_count)): the fiber starts there
+    /// and stays, as if spawned with [`spawn_local`](Self::spawn_local) on
+    /// that worker. `InvalidInput` if the runtime has no such worker.
+    ///
+    /// # Panics
+    ///
+    /// Outside a spindle fiber.
+    ///
+    /// ```
+    /// let rt = spindle::Runtime::builder().workers(2).build().unwrap();
+    /// rt.run(|| {
+    ///     let h = spindle::Builder::new().spawn_on_worker(1, spindle::worker_id).unwrap();
+    ///     assert_eq!(h.join().unwrap(), Some(1));
+    ///     assert!(spindle::Builder::new().spawn_on_worker(2, || ()).is_err());
+    /// });
+    /// ```
+    pub fn spawn_on_worker<F, T>(self, index: usize, f: F) -> io::Result<JoinHandle<T>>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        spawn_on_worker(index, self.options, f)
     }
 
     /// Spawns a `!Send` closure pinned to the calling fiber's worker.

@@ -328,6 +328,18 @@ pub fn worker_id() -> Option<usize> {
     sched::worker::with_current(|w| w.map(|w| w.index))
 }
 
+/// How many workers the caller's runtime has, or `None` outside a
+/// runtime.
+///
+/// ```
+/// let rt = spindle::Runtime::builder().workers(3).build().unwrap();
+/// assert_eq!(rt.run(spindle::worker_count), Some(3));
+/// assert_eq!(spindle::worker_count(), None);
+/// ```
+pub fn worker_count() -> Option<usize> {
+    sched::worker::with_current(|w| w.map(|w| w.sched.workers.len()))
+}
+
 /// Hooks for `bench/`; not part of the API.
 #[doc(hidden)]
 pub mod __bench {

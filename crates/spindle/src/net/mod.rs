@@ -32,10 +32,12 @@
 //! });
 //! ```
 
+mod accept;
 mod tcp;
 mod udp;
 mod unix;
 
+pub use accept::{AcceptLoop, AcceptMode, Acceptor};
 pub use tcp::{Incoming, TcpListener, TcpStream};
 pub use udp::UdpSocket;
 pub use unix::{UnixIncoming, UnixListener, UnixStream};

@@ -42,6 +42,30 @@ impl TcpListener {
         .and_then(TcpListener::from_std)
     }
 
+    /// Like [`bind`](Self::bind), with `SO_REUSEPORT`: several listeners may
+    /// bind the same address, and the kernel spreads new connections over
+    /// them by a hash of the peer's address (see
+    /// [`Acceptor`](crate::net::Acceptor), which binds one per worker).
+    ///
+    /// ```
+    /// spindle::run(|| {
+    ///     let a = spindle::net::TcpListener::bind_reuse_port("127.0.0.1:0").unwrap();
+    ///     let b = spindle::net::TcpListener::bind_reuse_port(a.local_addr().unwrap()).unwrap();
+    ///     assert_eq!(a.local_addr().unwrap(), b.local_addr().unwrap());
+    /// });
+    /// ```
+    pub fn bind_reuse_port<A: ToSocketAddrs + Sync>(addr: A) -> io::Result<TcpListener> {
+        each_addr(&addr, |a| {
+            let sock = Socket::new(Domain::for_address(*a), Type::STREAM.cloexec(), None)?;
+            sock.set_reuse_address(true)?;
+            sock.set_reuse_port(true)?;
+            sock.bind(&(*a).into())?;
+            sock.listen(listen_backlog())?;
+            Ok(std::net::TcpListener::from(sock))
+        })
+        .and_then(TcpListener::from_std)
+    }
+
     fn from_std(l: std::net::TcpListener) -> io::Result<TcpListener> {
         l.set_nonblocking(true)?;
         Ok(TcpListener {

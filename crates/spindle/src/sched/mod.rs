@@ -325,6 +325,21 @@ impl Scheduler {
         }
     }
 
+    /// Queues a new fiber pinned to worker `owner`: locally if that is the
+    /// calling worker, else in its inbox (and wakes it).
+    pub(crate) fn submit_pinned(&self, fiber: FiberRef, owner: usize) {
+        let here =
+            worker::with_current(|h| h.is_some_and(|h| h.belongs_to(self) && h.index == owner));
+        if here {
+            if let Err(fiber) = worker::push_new_here(self, fiber) {
+                self.push_remote(owner, fiber);
+            }
+        } else {
+            self.count_spawned_elsewhere();
+            self.push_remote(owner, fiber);
+        }
+    }
+
     /// Pushes a woken fiber to its owner from another thread.
     fn push_remote(&self, owner: usize, fiber: FiberRef) {
         let w = &self.workers[owner];

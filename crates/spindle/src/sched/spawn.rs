@@ -63,6 +63,41 @@ where
     })
 }
 
+/// Spawns a fiber pinned to worker `index` of the calling fiber's runtime
+/// (it starts there and never leaves; thieves pass it over).
+///
+/// # Panics
+///
+/// Off a runtime's fiber.
+pub(crate) fn spawn_on_worker<F, T>(
+    index: usize,
+    options: SpawnOptions,
+    f: F,
+) -> io::Result<JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let sched = worker::with_current(|here| here.map(|h| h.sched.clone())).unwrap_or_else(|| {
+        panic!(
+            "spindle::Builder::spawn_on_worker called outside a spindle fiber; \
+             call it from a fiber (inside spindle::run or Runtime::run)"
+        )
+    });
+    if index >= sched.workers.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "spindle: no worker {index} (the runtime has {})",
+                sched.workers.len()
+            ),
+        ));
+    }
+    let (fiber, handle) = allocate(&sched, options, index, f)?;
+    sched.submit_pinned(fiber, index);
+    Ok(handle)
+}
+
 /// Spawns on the calling fiber's runtime, or panics naming the fix (`what`
 /// is the public function the user called).
 pub(crate) fn spawn_here<F, T>(what: &str, options: SpawnOptions, f: F) -> io::Result<JoinHandle<T>>
