@@ -1,6 +1,8 @@
-//! Plaintext `Hello, World!` servers for `bench/http.py`:
-//! `http_server <spindle|hyper|may|spindle-tls|hyper-tls> ADDR`, one
-//! worker thread each. Prints `LISTENING <addr>`. The TLS variants read
+//! Plaintext `Hello, World!` servers for `bench/http.py` and
+//! `bench/accept.py`: `http_server <spindle|hyper|may|spindle-tls|hyper-tls> ADDR`,
+//! one worker thread each unless `BENCH_WORKERS` says more; for spindle,
+//! `BENCH_ACCEPT` picks the accept mode (`shared`, `per-worker`,
+//! `round-robin`). Prints `LISTENING <addr>`. The TLS variants read
 //! `cert.pem` and `key.pem` from the directory in `$BENCH_TLS_DIR`; both
 //! use rustls with the ring provider and the same configuration.
 
@@ -31,14 +33,27 @@ fn listening(addr: impl std::fmt::Display) {
     let _ = std::io::stdout().flush();
 }
 
+/// `BENCH_WORKERS`, default 1.
+fn workers() -> usize {
+    std::env::var("BENCH_WORKERS")
+        .ok()
+        .and_then(|w| w.parse().ok())
+        .unwrap_or(1)
+}
+
 fn spindle(addr: String, tls: Option<Arc<spindle_http::tls::rustls::ServerConfig>>) {
+    let mode = match std::env::var("BENCH_ACCEPT").as_deref() {
+        Ok("per-worker") => spindle::net::AcceptMode::PerWorker,
+        Ok("round-robin") => spindle::net::AcceptMode::RoundRobin,
+        _ => spindle::net::AcceptMode::Shared,
+    };
     let rt = spindle::Runtime::builder()
-        .workers(1)
+        .workers(workers())
         .stall_warning(None)
         .build()
         .unwrap();
     rt.run(move || {
-        let mut server = spindle_http::Server::bind(addr.as_str()).unwrap();
+        let mut server = spindle_http::Server::bind_with(addr.as_str(), mode).unwrap();
         if let Some(tls) = tls {
             server = server.tls(tls);
         }
@@ -55,7 +70,7 @@ fn hyper(addr: String, tls: Option<tokio_rustls::TlsAcceptor>) {
     use hyper::service::service_fn;
     use hyper_util::rt::TokioIo;
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
+        .worker_threads(workers())
         .enable_all()
         .build()
         .unwrap();
@@ -104,7 +119,7 @@ fn may(addr: String) {
             Ok(())
         }
     }
-    may::config().set_workers(1);
+    may::config().set_workers(workers());
     // may_minihttp cannot report its port: the caller picks one.
     let server = HttpServer(Hello).start(addr.as_str()).unwrap();
     listening(&addr);
