@@ -163,7 +163,8 @@ impl RuntimeBuilder {
     /// deadlines all follow it; read it with [`time::now`](crate::time::now)
     /// (`std::time::Instant::now` stays the real clock). Real I/O still
     /// works, but a peer that takes real time to answer can lose against a
-    /// timeout, as with tokio's `start_paused`.
+    /// timeout, as with tokio's `start_paused`. (With the `tokio` feature,
+    /// tokio's own timers keep tokio's clock.)
     ///
     /// ```
     /// use std::time::Duration;

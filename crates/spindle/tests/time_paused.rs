@@ -141,6 +141,35 @@ fn advance_moves_the_clock_and_runs_what_fell_due() {
 }
 
 #[test]
+fn advance_on_one_worker_wakes_a_sleeper_on_the_other() {
+    within(Duration::from_secs(20), || {
+        let rt = paused(2);
+        rt.run(|| {
+            let start = now();
+            let sleeper = spindle::Builder::new()
+                .spawn_on_worker(0, move || {
+                    // An absolute deadline: the same whether this fiber
+                    // arms it before or after the first advance.
+                    spindle::time::sleep_until(start + 600 * SEC);
+                    now() - start
+                })
+                .unwrap();
+            let advancer = spindle::Builder::new()
+                .spawn_on_worker(1, || {
+                    // A busy fiber holds the clock still (no auto-advance
+                    // while a worker has work): only `advance` moves it.
+                    for _ in 0..3 {
+                        advance(200 * SEC);
+                    }
+                })
+                .unwrap();
+            advancer.join().unwrap();
+            assert_eq!(sleeper.join().unwrap(), 600 * SEC);
+        });
+    });
+}
+
+#[test]
 fn advance_refuses_a_clock_that_is_not_paused_and_a_thread_off_the_runtime() {
     within(Duration::from_secs(20), || {
         let rt = common::rt(1);
