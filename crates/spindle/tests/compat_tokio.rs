@@ -85,6 +85,69 @@ fn tokio_sockets_talk_to_a_real_server_from_fibers() {
 }
 
 #[test]
+fn hyper_s_client_from_fibers_talks_to_a_spindle_http_server() {
+    use http_body_util::{BodyExt, Full};
+    within(Duration::from_secs(60), || {
+        let rt = spindle::Runtime::builder().workers(2).build().unwrap();
+        let addr = rt.run(|| {
+            let server = spindle_http::Server::bind("127.0.0.1:0").unwrap();
+            let addr = server.local_addr().unwrap();
+            spindle::spawn(move || {
+                server.serve(|req| {
+                    let path = req.uri().path().to_string();
+                    let mut body = Vec::new();
+                    req.into_body().read_to_end(&mut body).unwrap();
+                    let text = format!("{path} {}", body.len());
+                    spindle_http::Response::new(spindle_http::Body::from(text))
+                })
+            });
+            addr
+        });
+        let answers = rt.run(move || {
+            let clients: Vec<_> = (0..20usize)
+                .map(|i| {
+                    spindle::spawn(move || {
+                        spindle::block_on(async move {
+                            let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+                            let io = hyper_util::rt::TokioIo::new(tcp);
+                            let (mut send, conn) =
+                                hyper::client::conn::http1::handshake(io).await.unwrap();
+                            tokio::spawn(conn);
+                            let mut got = Vec::new();
+                            // Two requests on the connection: a GET, a POST.
+                            for (method, body) in [("GET", 0), ("POST", i * 100)] {
+                                let req = hyper::Request::builder()
+                                    .method(method)
+                                    .uri(format!("/r{i}"))
+                                    .header("host", "localhost")
+                                    .body(Full::new(bytes_of(body)))
+                                    .unwrap();
+                                let resp = send.send_request(req).await.unwrap();
+                                assert_eq!(resp.status(), 200);
+                                let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+                                got.push(String::from_utf8(bytes.to_vec()).unwrap());
+                            }
+                            got
+                        })
+                    })
+                })
+                .collect();
+            clients
+                .into_iter()
+                .map(|c| c.join().unwrap())
+                .collect::<Vec<_>>()
+        });
+        for (i, got) in answers.iter().enumerate() {
+            assert_eq!(got, &[format!("/r{i} 0"), format!("/r{i} {}", i * 100)]);
+        }
+    });
+}
+
+fn bytes_of(n: usize) -> hyper::body::Bytes {
+    hyper::body::Bytes::from(vec![b'x'; n])
+}
+
+#[test]
 fn cancelling_a_fiber_in_a_tokio_wait_ends_it_and_drops_the_future() {
     within(Duration::from_secs(60), || {
         struct Dropped(std::sync::Arc<std::sync::atomic::AtomicBool>);
