@@ -29,6 +29,17 @@ pub struct HostConfig {
     pub(crate) allow: Arc<AllowList>,
     pub(crate) env: Vec<(String, String)>,
     pub(crate) cache_dir: Option<PathBuf>,
+    pub(crate) observer: ObserverSlot,
+}
+
+/// The optional observer (a newtype so the config stays `Debug`).
+#[derive(Clone, Default)]
+pub(crate) struct ObserverSlot(pub(crate) Option<Arc<dyn crate::Observer>>);
+
+impl std::fmt::Debug for ObserverSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Some(observer)" } else { "None" })
+    }
 }
 
 impl Default for HostConfig {
@@ -49,6 +60,7 @@ impl Default for HostConfig {
             allow: Arc::new(AllowList::default()),
             env: Vec::new(),
             cache_dir: default_cache_dir(),
+            observer: ObserverSlot::default(),
         }
     }
 }
@@ -61,6 +73,12 @@ fn default_cache_dir() -> Option<PathBuf> {
 }
 
 impl HostConfig {
+    /// Reports every request to `observer` ([`Observer`](crate::Observer)).
+    pub fn observer(mut self, observer: Arc<dyn crate::Observer>) -> Self {
+        self.observer = ObserverSlot(Some(observer));
+        self
+    }
+
     /// At most `n` guest requests run at once; the pooling allocator is
     /// sized for exactly that many instances.
     pub fn max_concurrent(mut self, n: usize) -> Self {

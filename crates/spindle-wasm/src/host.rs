@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use wasmtime::component::{Component, Linker, ResourceTable};
-use wasmtime::{Engine, InstanceAllocationStrategy, PoolingAllocationConfig, StoreLimits};
+use wasmtime::{Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::p2::bindings::ProxyPre;
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
@@ -34,7 +34,9 @@ pub(crate) struct GuestState {
     pub(crate) wasi: WasiCtx,
     pub(crate) http: WasiHttpCtx,
     pub(crate) table: ResourceTable,
-    pub(crate) limits: StoreLimits,
+    pub(crate) limits: crate::report::GuestLimits,
+    /// Counts this store among the host's live instances while it lives.
+    pub(crate) _live: Option<LiveInstance>,
     pub(crate) hooks: OutboundHooks,
 }
 
@@ -52,9 +54,8 @@ impl GuestState {
             wasi,
             http: WasiHttpCtx::new(),
             table: ResourceTable::new(),
-            limits: wasmtime::StoreLimitsBuilder::new()
-                .memory_size(config.memory_limit)
-                .build(),
+            limits: crate::report::GuestLimits::new(config.memory_limit),
+            _live: None,
             hooks: OutboundHooks {
                 allow: config.allow.clone(),
                 client,
@@ -110,6 +111,24 @@ pub(crate) struct HostInner {
     pub(crate) queued: AtomicUsize,
     pub(crate) slots: spindle::sync::Semaphore,
     pub(crate) next_id: AtomicU64,
+    /// Guest stores alive now (one instance each).
+    pub(crate) instances: Arc<AtomicUsize>,
+}
+
+/// One live guest store, counted in `HostInner::instances`.
+pub(crate) struct LiveInstance(Arc<AtomicUsize>);
+
+impl LiveInstance {
+    pub(crate) fn new(count: &Arc<AtomicUsize>) -> LiveInstance {
+        count.fetch_add(1, Ordering::Relaxed);
+        LiveInstance(count.clone())
+    }
+}
+
+impl Drop for LiveInstance {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Builds the engine every guest of a host runs on.
@@ -164,6 +183,7 @@ impl Host {
                 queued: AtomicUsize::new(0),
                 slots,
                 next_id: AtomicU64::new(1),
+                instances: Arc::default(),
                 pre,
                 config,
             }),
@@ -178,6 +198,16 @@ impl Host {
     /// Guest requests running now.
     pub fn running(&self) -> usize {
         self.inner.running.load(Ordering::Relaxed)
+    }
+
+    /// Requests waiting for a guest slot now.
+    pub fn queued(&self) -> usize {
+        self.inner.queued.load(Ordering::Relaxed)
+    }
+
+    /// Guest instances alive now.
+    pub fn instances(&self) -> usize {
+        self.inner.instances.load(Ordering::Relaxed)
     }
 
     /// Answers one HTTP request by running the guest on the calling fiber

@@ -32,11 +32,13 @@ mod host;
 mod log;
 mod outbound;
 mod proxy;
+mod report;
 
 pub use command::run_command;
 pub use config::HostConfig;
 pub use host::Host;
 pub use outbound::AllowList;
+pub use report::{Observer, Outcome, RequestReport};
 
 /// The built-in `Hello, World!` component (`guests/hello`), served by
 /// `spindle serve` when no application is given.

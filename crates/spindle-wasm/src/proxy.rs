@@ -45,8 +45,9 @@ use std::future::Future;
 use std::io::{self, Read};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use http_body::{Body as _, Frame};
@@ -60,6 +61,7 @@ use wasmtime_wasi_http::WasiHttpView;
 
 use crate::host::{Admission, GuestState, HostInner};
 use crate::log::GuestLog;
+use crate::report::{Outcome, RequestReport};
 
 /// How much of a guest's body is taken whole before streaming instead.
 const WHOLE_BODY_LIMIT: usize = 256 * 1024;
@@ -80,7 +82,8 @@ pub(crate) fn new_store(host: &HostInner, tag: Arc<str>, args: &[String]) -> Sto
         .stderr(GuestLog::new(tag.clone(), "stderr"))
         .envs(&config.env)
         .args(args);
-    let state = GuestState::new(config, wasi.build(), host.client.clone(), tag);
+    let mut state = GuestState::new(config, wasi.build(), host.client.clone(), tag);
+    state._live = Some(crate::host::LiveInstance::new(&host.instances));
     let mut store = Store::new(host.pre.engine(), state);
     store.limiter(|s| &mut s.limits);
     // Fuel is on in every engine we build, so these cannot fail.
@@ -106,7 +109,21 @@ pub(crate) fn handle(host: &Arc<HostInner>, req: Request<Body>) -> Response<Body
         .next_id
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tag: Arc<str> = format!("req {id} {} {}", req.method(), req.uri().path()).into();
-    let Some(admission) = Admission::take(host) else {
+    let queue_start = Instant::now();
+    let admission = Admission::take(host);
+    let queue_wait = queue_start.elapsed();
+    let report_early = |outcome| {
+        if let Some(observer) = &host.config.observer.0 {
+            observer.request(&RequestReport {
+                outcome,
+                queue_wait,
+                instantiate: Duration::ZERO,
+                handle: Duration::ZERO,
+            });
+        }
+    };
+    let Some(admission) = admission else {
+        report_early(Outcome::Busy);
         eprintln!(
             "spindle-wasm: {tag}: 503, all {} guest slots busy",
             host.config.max_concurrent
@@ -115,6 +132,7 @@ pub(crate) fn handle(host: &Arc<HostInner>, req: Request<Body>) -> Response<Body
     };
     let deadline = Instant::now() + host.config.timeout;
     let mut store = new_store(host, tag.clone(), &[]);
+    let memory_hit = store.data().limits.hit_flag();
 
     let (mut parts, body) = req.into_parts();
     if parts.uri.authority().is_none() && !parts.headers.contains_key(http::header::HOST) {
@@ -135,13 +153,18 @@ pub(crate) fn handle(host: &Arc<HostInner>, req: Request<Body>) -> Response<Body
     let (guest_req, out) = match handles {
         Ok(h) => h,
         Err(e) => {
+            report_early(Outcome::BadRequest);
             eprintln!("spindle-wasm: {tag}: 400, {e:#}");
             return plain(StatusCode::BAD_REQUEST, "bad request");
         }
     };
     let pre = host.pre.clone();
+    let started = Instant::now();
+    let instantiated = Arc::new(std::sync::OnceLock::new());
+    let mark = instantiated.clone();
     let call: CallFuture = Box::pin(async move {
         let proxy = pre.instantiate_async(&mut store).await?;
+        let _ = mark.set(Instant::now());
         proxy
             .wasi_http_incoming_handler()
             .call_handle(&mut store, guest_req, out)
@@ -150,8 +173,17 @@ pub(crate) fn handle(host: &Arc<HostInner>, req: Request<Body>) -> Response<Body
     let mut exchange = Exchange {
         call: Some(call),
         failure: None,
+        outcome: Outcome::Answered,
+        memory_hit,
         deadline: spindle::time::sleep_until_future(deadline),
         tag,
+        timing: Timing {
+            queue_wait,
+            started,
+            instantiated,
+            head: None,
+        },
+        observer: host.config.observer.0.clone(),
         _admission: admission,
     };
 
@@ -159,6 +191,7 @@ pub(crate) fn handle(host: &Arc<HostInner>, req: Request<Body>) -> Response<Body
     let response = spindle::block_on(std::future::poll_fn(|cx| {
         exchange.poll_response(&mut receiver, cx)
     }));
+    exchange.timing.head = Some(Instant::now());
     let response = match response {
         Ok(r) => r,
         Err(why) => {
@@ -255,9 +288,39 @@ impl http_body::Body for PumpedBody {
 struct Exchange {
     call: Option<CallFuture>,
     failure: Option<String>,
+    /// How the request ended (`Answered` until a failure says otherwise).
+    outcome: Outcome,
+    /// Set by the store's limiter when the guest grew past its memory.
+    memory_hit: Arc<AtomicBool>,
     deadline: spindle::time::Sleep,
     tag: Arc<str>,
+    timing: Timing,
+    observer: Option<Arc<dyn crate::Observer>>,
     _admission: Admission,
+}
+
+/// Where a request's time went (for the observer).
+struct Timing {
+    queue_wait: Duration,
+    /// When the call began (instantiation first).
+    started: Instant,
+    /// Set by the call once the instance is ready.
+    instantiated: Arc<std::sync::OnceLock<Instant>>,
+    /// When the response head (or the failure) came.
+    head: Option<Instant>,
+}
+
+impl Timing {
+    fn report(&self, outcome: Outcome) -> RequestReport {
+        let ready = self.instantiated.get().copied();
+        let end = self.head.unwrap_or_else(Instant::now);
+        RequestReport {
+            outcome,
+            queue_wait: self.queue_wait,
+            instantiate: ready.map_or(end - self.started, |r| r - self.started),
+            handle: ready.map_or(Duration::ZERO, |r| end.saturating_duration_since(r)),
+        }
+    }
 }
 
 impl Exchange {
@@ -271,14 +334,19 @@ impl Exchange {
             if let Poll::Ready(result) = polled {
                 self.call = None;
                 if let Err(e) = result {
-                    self.failure.get_or_insert_with(|| describe(&e));
+                    if self.failure.is_none() {
+                        self.outcome = classify(&e, self.memory_hit.load(Ordering::Relaxed));
+                        self.failure = Some(describe(&e));
+                    }
                 }
             }
         }
         if self.call.is_some() && Pin::new(&mut self.deadline).poll(cx).is_ready() {
             self.call = None; // wasmtime disposes of the guest's stack
-            self.failure
-                .get_or_insert_with(|| "deadline exceeded (--timeout)".to_string());
+            if self.failure.is_none() {
+                self.outcome = Outcome::Deadline;
+                self.failure = Some("deadline exceeded (--timeout)".to_string());
+            }
         }
     }
 
@@ -301,6 +369,9 @@ impl Exchange {
 
     fn fail(&mut self, why: String) {
         self.call = None;
+        if self.outcome == Outcome::Answered {
+            self.outcome = Outcome::Failed;
+        }
         self.failure = Some(why);
     }
 
@@ -325,6 +396,19 @@ impl Drop for Exchange {
         if let Some(why) = &self.failure {
             eprintln!("spindle-wasm: {}: {why}", self.tag);
         }
+        if let Some(observer) = &self.observer {
+            observer.request(&self.timing.report(self.outcome));
+        }
+    }
+}
+
+/// How a failed guest call ended, for the observer.
+fn classify(e: &wasmtime::Error, memory_hit: bool) -> Outcome {
+    match e.downcast_ref::<wasmtime::Trap>() {
+        Some(wasmtime::Trap::OutOfFuel) => Outcome::FuelExhausted,
+        _ if memory_hit => Outcome::MemoryLimit,
+        Some(_) => Outcome::Trap,
+        None => Outcome::Failed,
     }
 }
 
