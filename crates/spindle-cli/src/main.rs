@@ -1,62 +1,170 @@
 //! `spindle`: serve `wasi:http/proxy` components and run `wasi:cli/run`
-//! commands on Spindle fibers. `spindle --help` explains every flag.
+//! commands on Spindle fibers. `spindle serve --help` and
+//! `spindle run --help` explain every flag; each flag can also come from
+//! the environment variable named in its help (a flag on the command line
+//! wins).
 
-use std::io::Write as _;
+mod manifest;
+mod metrics;
+mod serve;
+
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use spindle_wasm::{Host, HostConfig};
+use clap::{Args, Parser, Subcommand};
+use spindle_wasm::HostConfig;
 
-const HELP: &str = "\
-spindle — colourless concurrency for WebAssembly guests
+/// Exit status of `spindle run` when the guest traps (as a process killed
+/// by `SIGABRT`); 2 is a usage or startup error; anything else is the
+/// guest's own exit status.
+const EXIT_TRAP: u8 = 134;
 
-USAGE:
-    spindle serve [APP.wasm] [OPTIONS]
-    spindle run [OPTIONS] APP.wasm [ARGS...]
+#[derive(Parser)]
+#[command(
+    name = "spindle",
+    version,
+    about = "spindle — colourless concurrency for WebAssembly guests",
+    long_about = "spindle — colourless concurrency for WebAssembly guests.\n\n\
+        serve: answers HTTP with wasi:http/proxy components, one fiber per request. \
+        Without APP or --app it serves the built-in hello component. It prints the address \
+        it listens on; Ctrl-C (or SIGTERM) drains: readiness fails, no new connections, \
+        requests in flight get --drain-timeout to finish.\n\n\
+        run: runs a wasi:cli/run command component with the same host (stdio, environment, \
+        outgoing HTTP through the allow-list) and exits with its status (134 if it traps, 2 \
+        for a usage or startup error). Options come before APP; everything after APP goes to \
+        the guest."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
 
-serve: answers HTTP with a wasi:http/proxy component, one fiber per
-request. Without APP it serves the built-in hello component. It prints the
-address it listens on; Ctrl-C (or SIGTERM) drains: no new connections,
-requests in flight get 10 s to finish.
+#[derive(Subcommand)]
+enum Command {
+    /// Serve HTTP with a component (or the components of an app manifest).
+    Serve(ServeArgs),
+    /// Run a wasi:cli/run command component.
+    Run(RunArgs),
+}
 
-run: runs a wasi:cli/run command component with the same host (stdio,
-environment, outgoing HTTP through the allow-list) and exits with its
-status. Options come before APP; everything after APP goes to the guest.
+/// Limits of one guest request (defaults for every component of a
+/// manifest, which may override them).
+#[derive(Args, Clone)]
+struct LimitArgs {
+    /// Guest requests running at once; past it requests queue (up to N
+    /// more, 5 s) and then get 503
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1000,
+        env = "SPINDLE_MAX_CONCURRENT"
+    )]
+    max_concurrent: usize,
+    /// The guest yields its worker every N fuel units
+    #[arg(long, value_name = "N", default_value = "1000000", value_parser = number, env = "SPINDLE_FUEL_YIELD")]
+    fuel_yield: u64,
+    /// Fuel budget of one request; past it, 500
+    #[arg(long, value_name = "N", default_value = "1000000000", value_parser = number, env = "SPINDLE_FUEL_LIMIT")]
+    fuel_limit: u64,
+    /// Linear memory per instance (suffix K, M or G: KiB, MiB, GiB);
+    /// growing past it is a 500
+    #[arg(long, value_name = "BYTES", default_value = "128M", value_parser = bytes, env = "SPINDLE_MEMORY_LIMIT")]
+    memory_limit: usize,
+    /// Wall-clock deadline of one request in seconds; past it, 500
+    #[arg(long, value_name = "SECS", default_value = "30", value_parser = seconds, env = "SPINDLE_TIMEOUT")]
+    timeout: Duration,
+}
 
-OPTIONS (serve):
-    --listen ADDR          address to listen on [default: 127.0.0.1:8080]
-    --workers N            worker threads [default: number of CPUs]
-    --max-concurrent N     guest requests running at once; past it requests
-                           queue (up to N more, 5 s) and then get 503
-                           [default: 1000]
-    --fuel-yield N         the guest yields its worker every N fuel units
-                           [default: 1000000]
-    --fuel-limit N         fuel budget of one request; past it, 500
-                           [default: 1000000000]
-    --memory-limit BYTES   linear memory per instance (suffix K, M or G:
-                           KiB, MiB, GiB); growing past it is a 500
-                           [default: 128M]
-    --timeout SECS         wall-clock deadline of one request; past it, 500
-                           [default: 30]
+/// What guests may reach and see.
+#[derive(Args, Clone)]
+struct GuestArgs {
+    /// Hosts guests may reach over wasi:http, comma-separated host[:port];
+    /// '*' allows any host. May repeat. [default: none]
+    #[arg(long, value_name = "LIST", env = "SPINDLE_ALLOW_OUTBOUND")]
+    allow_outbound: Vec<String>,
+    /// Environment variable for the guest (K=V). May repeat.
+    #[arg(long, value_name = "K=V", value_parser = key_value)]
+    env: Vec<(String, String)>,
+}
 
-OPTIONS (serve and run):
-    --allow-outbound LIST  hosts guests may reach over wasi:http,
-                           comma-separated host[:port]; '*' allows any host.
-                           May repeat. [default: none]
-    --env K=V              environment variable for the guest. May repeat.
-    -h, --help             this text
-";
+#[derive(Args)]
+struct ServeArgs {
+    /// The component to serve [default: the built-in hello]
+    #[arg(value_name = "APP.wasm", conflicts_with = "app")]
+    wasm: Option<PathBuf>,
+    /// An app manifest (TOML): several components, each on its routes
+    /// with its own limits (see the README)
+    #[arg(long, value_name = "FILE", env = "SPINDLE_APP")]
+    app: Option<PathBuf>,
+    /// Address to listen on
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1:8080",
+        env = "SPINDLE_LISTEN"
+    )]
+    listen: String,
+    /// Worker threads [default: number of CPUs]
+    #[arg(long, value_name = "N", env = "SPINDLE_WORKERS")]
+    workers: Option<usize>,
+    /// Serve HTTPS with this certificate chain (PEM); needs --tls-key
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "tls_key",
+        env = "SPINDLE_TLS_CERT"
+    )]
+    tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "tls_cert",
+        env = "SPINDLE_TLS_KEY"
+    )]
+    tls_key: Option<PathBuf>,
+    /// Admin listener (never routed to a guest): /healthz, /readyz and
+    /// /metrics (Prometheus) [default: off]
+    #[arg(long, value_name = "ADDR", env = "SPINDLE_ADMIN")]
+    admin: Option<String>,
+    /// Bind with SO_REUSEPORT, so several spindle processes share the port
+    #[arg(long, env = "SPINDLE_REUSE_PORT")]
+    reuse_port: bool,
+    /// On SIGTERM, keep serving this long with /readyz failing before the
+    /// drain starts (time for a load balancer to stop sending)
+    #[arg(long, value_name = "SECS", default_value = "0", value_parser = seconds_or_zero, env = "SPINDLE_SHUTDOWN_DELAY")]
+    shutdown_delay: Duration,
+    /// How long requests in flight may run once the drain starts
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = seconds_or_zero, env = "SPINDLE_DRAIN_TIMEOUT")]
+    drain_timeout: Duration,
+    #[command(flatten)]
+    limits: LimitArgs,
+    #[command(flatten)]
+    guest: GuestArgs,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    #[command(flatten)]
+    guest: GuestArgs,
+    /// The command component
+    #[arg(value_name = "APP.wasm")]
+    wasm: PathBuf,
+    /// Arguments for the guest
+    #[arg(
+        value_name = "ARGS",
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    args: Vec<String>,
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        Some("serve") => serve(&args[1..]),
-        Some("run") => run(&args[1..]),
-        Some("-h" | "--help" | "help") | None => {
-            print!("{HELP}");
-            Ok(ExitCode::SUCCESS)
-        }
-        Some(other) => Err(format!("unknown command {other:?} (try --help)")),
+    let cli = Cli::parse(); // a bad flag: a clear message and status 2
+    let result = match cli.command {
+        Command::Serve(args) => serve::serve(args),
+        Command::Run(args) => run(args),
     };
     match result {
         Ok(code) => code,
@@ -67,72 +175,35 @@ fn main() -> ExitCode {
     }
 }
 
-/// Flags shared by both commands, and the ones only `serve` takes.
-struct Options {
-    config: HostConfig,
-    listen: String,
-    workers: Option<usize>,
+impl LimitArgs {
+    /// These limits on top of `config`.
+    fn apply(&self, config: HostConfig) -> HostConfig {
+        config
+            .max_concurrent(self.max_concurrent)
+            .fuel_yield_interval(self.fuel_yield)
+            .fuel_limit(self.fuel_limit)
+            .memory_limit(self.memory_limit)
+            .timeout(self.timeout)
+    }
 }
 
-/// Parses one flag at `args[*i]` into `opts`; `Ok(false)` if it is not a
-/// flag.
-fn flag(args: &[String], i: &mut usize, opts: &mut Options, serve: bool) -> Result<bool, String> {
-    let name = args[*i].as_str();
-    if !name.starts_with('-') {
-        return Ok(false);
+impl GuestArgs {
+    /// These grants on top of `config`.
+    fn apply(&self, mut config: HostConfig) -> Result<HostConfig, String> {
+        for list in &self.allow_outbound {
+            config = config.allow_outbound(list)?;
+        }
+        for (k, v) in &self.env {
+            config = config.env(k, v);
+        }
+        Ok(config)
     }
-    if name == "-h" || name == "--help" {
-        print!("{HELP}");
-        std::process::exit(0);
-    }
-    let (name, inline) = match name.split_once('=') {
-        Some((n, v)) if n.starts_with("--") => (n, Some(v.to_string())),
-        _ => (name, None),
-    };
-    let value = match inline {
-        Some(v) => v,
-        None => {
-            *i += 1;
-            args.get(*i)
-                .cloned()
-                .ok_or_else(|| format!("{name} needs a value"))?
-        }
-    };
-    let number = |v: &str| -> Result<u64, String> {
-        v.replace('_', "")
-            .parse()
-            .map_err(|_| format!("{name}: {v:?} is not a number"))
-    };
-    let c = std::mem::take(&mut opts.config);
-    opts.config = match name {
-        "--allow-outbound" => c.allow_outbound(&value)?,
-        "--env" => {
-            let (k, v) = value
-                .split_once('=')
-                .ok_or_else(|| format!("--env wants K=V, got {value:?}"))?;
-            c.env(k, v)
-        }
-        "--listen" if serve => {
-            opts.listen = value;
-            c
-        }
-        "--workers" if serve => {
-            opts.workers = Some(number(&value)?.max(1) as usize);
-            c
-        }
-        "--max-concurrent" if serve => c.max_concurrent(number(&value)? as usize),
-        "--fuel-yield" if serve => c.fuel_yield_interval(number(&value)?),
-        "--fuel-limit" if serve => c.fuel_limit(number(&value)?),
-        "--memory-limit" if serve => c.memory_limit(bytes(&value)?),
-        "--timeout" if serve => {
-            let secs: f64 = value
-                .parse()
-                .map_err(|_| format!("--timeout: {value:?} is not a number of seconds"))?;
-            c.timeout(Duration::from_secs_f64(secs.max(0.001)))
-        }
-        _ => return Err(format!("unknown option {name} (try --help)")),
-    };
-    Ok(true)
+}
+
+fn number(v: &str) -> Result<u64, String> {
+    v.replace('_', "")
+        .parse()
+        .map_err(|_| format!("{v:?} is not a number"))
 }
 
 /// `64M`, `1G`, `65536` → bytes.
@@ -143,95 +214,43 @@ fn bytes(v: &str) -> Result<usize, String> {
         Some('g' | 'G') => (&v[..v.len() - 1], 30),
         _ => (v, 0),
     };
-    let n: usize = digits
-        .parse()
-        .map_err(|_| format!("--memory-limit: {v:?} is not a size"))?;
+    let n: usize = digits.parse().map_err(|_| format!("{v:?} is not a size"))?;
     n.checked_shl(shift)
-        .ok_or_else(|| format!("--memory-limit: {v:?} is too large"))
+        .filter(|b| b >> shift == n)
+        .ok_or_else(|| format!("{v:?} is too large"))
 }
 
-fn defaults() -> Options {
-    Options {
-        config: HostConfig::default(),
-        listen: "127.0.0.1:8080".into(),
-        workers: None,
-    }
+/// Seconds, at least 1 ms.
+fn seconds(v: &str) -> Result<Duration, String> {
+    seconds_or_zero(v).map(|d| d.max(Duration::from_millis(1)))
 }
 
-fn serve(args: &[String]) -> Result<ExitCode, String> {
-    let mut opts = defaults();
-    let mut app = None;
-    let mut i = 0;
-    while i < args.len() {
-        if !flag(args, &mut i, &mut opts, true)? {
-            if app.is_some() {
-                return Err(format!("unexpected argument {:?}", args[i]));
-            }
-            app = Some(args[i].clone());
+fn seconds_or_zero(v: &str) -> Result<Duration, String> {
+    let secs: f64 = v
+        .parse()
+        .map_err(|_| format!("{v:?} is not a number of seconds"))?;
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("{v:?} is not a number of seconds"))
+}
+
+fn key_value(v: &str) -> Result<(String, String), String> {
+    let (k, val) = v
+        .split_once('=')
+        .ok_or_else(|| format!("wants K=V, got {v:?}"))?;
+    Ok((k.to_string(), val.to_string()))
+}
+
+fn run(args: RunArgs) -> Result<ExitCode, String> {
+    let app = args.wasm.display().to_string();
+    let wasm = std::fs::read(&args.wasm).map_err(|e| format!("{app}: {e}"))?;
+    let mut guest_args = vec![app.clone()];
+    guest_args.extend(args.args);
+    let config = args.guest.apply(HostConfig::default())?;
+    match spindle::run(move || spindle_wasm::run_command(&wasm, &guest_args, config)) {
+        Ok(status) => Ok(ExitCode::from(status.clamp(0, 255) as u8)),
+        Err(e) if e.downcast_ref::<spindle_wasm::Trap>().is_some() => {
+            eprintln!("spindle: {app}: guest trapped: {e:#}");
+            Ok(ExitCode::from(EXIT_TRAP))
         }
-        i += 1;
+        Err(e) => Err(format!("{app}: {e:#}")),
     }
-    let (name, wasm) = match &app {
-        Some(path) => (
-            path.clone(),
-            std::fs::read(path).map_err(|e| format!("{path}: {e}"))?,
-        ),
-        None => (
-            "built-in hello".to_string(),
-            spindle_wasm::HELLO_WASM.to_vec(),
-        ),
-    };
-    let host = Host::new(&wasm, opts.config).map_err(|e| format!("{name}: {e:#}"))?;
-    let mut builder = spindle::Runtime::builder();
-    if let Some(n) = opts.workers {
-        builder = builder.workers(n);
-    }
-    let rt = builder.build().map_err(|e| format!("runtime: {e}"))?;
-    let listen = opts.listen.clone();
-    let server = rt
-        .run(move || spindle_http::Server::bind(listen.as_str()))
-        .map_err(|e| format!("--listen {}: {e}", opts.listen))?;
-    let addr = server.local_addr().map_err(|e| e.to_string())?;
-    let handle = server.handle();
-    let serving = rt.spawn(move || server.serve(move |req| host.handle(req)));
-    println!("spindle: serving {name} on http://{addr}/");
-    let _ = std::io::stdout().flush();
-
-    // Ctrl-C / SIGTERM: drain, then leave.
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-    ])
-    .map_err(|e| format!("signals: {e}"))?;
-    std::thread::spawn(move || {
-        if signals.forever().next().is_some() {
-            eprintln!("spindle: draining (10 s for requests in flight)");
-            let cancelled = handle.drain(Instant::now() + Duration::from_secs(10));
-            if cancelled > 0 {
-                eprintln!("spindle: cancelled {cancelled} connections at the deadline");
-            }
-        }
-    });
-    match serving.join() {
-        Ok(Ok(())) => Ok(ExitCode::SUCCESS),
-        Ok(Err(e)) => Err(format!("serving: {e}")),
-        Err(e) => Err(format!("serving: {e}")),
-    }
-}
-
-fn run(args: &[String]) -> Result<ExitCode, String> {
-    let mut opts = defaults();
-    let mut i = 0;
-    while i < args.len() && flag(args, &mut i, &mut opts, false)? {
-        i += 1;
-    }
-    let Some(app) = args.get(i) else {
-        return Err("run: APP.wasm missing (try --help)".into());
-    };
-    let wasm = std::fs::read(app).map_err(|e| format!("{app}: {e}"))?;
-    let guest_args: Vec<String> = args[i..].to_vec();
-    let config = opts.config;
-    let status = spindle::run(move || spindle_wasm::run_command(&wasm, &guest_args, config))
-        .map_err(|e| format!("{app}: {e:#}"))?;
-    Ok(ExitCode::from(status.clamp(0, 255) as u8))
 }

@@ -192,7 +192,10 @@ fn run_executes_a_command_guest_with_an_outgoing_request() {
 
 #[test]
 fn help_names_every_flag_and_bad_flags_are_clear_errors() {
-    let out = Command::new(SPINDLE).arg("--help").output().unwrap();
+    let out = Command::new(SPINDLE)
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
     for flag in [
         "--listen",

@@ -38,7 +38,11 @@ pub(crate) struct ObserverSlot(pub(crate) Option<Arc<dyn crate::Observer>>);
 
 impl std::fmt::Debug for ObserverSlot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() { "Some(observer)" } else { "None" })
+        f.write_str(if self.0.is_some() {
+            "Some(observer)"
+        } else {
+            "None"
+        })
     }
 }
 

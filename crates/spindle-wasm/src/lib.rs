@@ -39,6 +39,8 @@ pub use config::HostConfig;
 pub use host::Host;
 pub use outbound::AllowList;
 pub use report::{Observer, Outcome, RequestReport};
+/// A guest's trap, as in a [`run_command`] error (`error.downcast_ref::<Trap>()`).
+pub use wasmtime::Trap;
 
 /// The built-in `Hello, World!` component (`guests/hello`), served by
 /// `spindle serve` when no application is given.

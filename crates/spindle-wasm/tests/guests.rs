@@ -370,3 +370,98 @@ fn allow_list_parsing() {
     assert!(a.allows("anything", 9000));
     assert!(a.add("host:notaport").is_err());
 }
+
+/// Records every report.
+#[derive(Default)]
+struct Reports(std::sync::Mutex<Vec<spindle_wasm::RequestReport>>);
+
+impl spindle_wasm::Observer for Reports {
+    fn request(&self, report: &spindle_wasm::RequestReport) {
+        self.0.lock().unwrap().push(report.clone());
+    }
+}
+
+impl Reports {
+    /// The outcomes seen so far, waiting briefly for the last report (it
+    /// is made as the guest's part ends, just after the response).
+    fn outcomes(&self, n: usize) -> Vec<spindle_wasm::Outcome> {
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            let got: Vec<_> = self.0.lock().unwrap().iter().map(|r| r.outcome).collect();
+            if got.len() >= n || Instant::now() > until {
+                return got;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+#[test]
+fn the_observer_hears_how_each_request_ended_and_where_its_time_went() {
+    use spindle_wasm::Outcome;
+    let reports = std::sync::Arc::new(Reports::default());
+    let observed = |c: HostConfig| c.observer(reports.clone());
+
+    let (_a, hello) = serve("hello", 1, observed(config()));
+    assert_eq!(get(hello, "/", "").0, 200);
+    let (_b, burn) = serve("burn", 1, observed(config().fuel_limit(50_000_000)));
+    assert_eq!(get(burn, "/?n=10000000000", "").0, 500);
+    let (_c, slow) = serve(
+        "burn",
+        1,
+        observed(
+            config()
+                .fuel_limit(u64::MAX)
+                .timeout(Duration::from_millis(200)),
+        ),
+    );
+    assert_eq!(get(slow, "/?n=100000000000", "").0, 500);
+    let (_d, alloc) = serve("alloc", 1, observed(config().memory_limit(32 << 20)));
+    assert_eq!(get(alloc, "/?mib=100", "").0, 500);
+    let (_e, trap) = serve("trap", 1, observed(config()));
+    assert_eq!(get(trap, "/", "").0, 500);
+    let (_f, noreply) = serve("noreply", 1, observed(config()));
+    assert_eq!(get(noreply, "/", "").0, 500);
+    assert_eq!(
+        reports.outcomes(6),
+        [
+            Outcome::Answered,
+            Outcome::FuelExhausted,
+            Outcome::Deadline,
+            Outcome::MemoryLimit,
+            Outcome::Trap,
+            Outcome::Failed
+        ]
+    );
+    let first = reports.0.lock().unwrap()[0].clone();
+    assert!(
+        first.instantiate > Duration::ZERO && first.handle > Duration::ZERO,
+        "{first:?}"
+    );
+    let deadline = reports.0.lock().unwrap()[2].clone();
+    assert!(
+        deadline.handle >= Duration::from_millis(150),
+        "{deadline:?}"
+    );
+
+    // Past the cap: the 503 is reported as Busy, with its queue wait.
+    let busy = std::sync::Arc::new(Reports::default());
+    let (_g, sleep) = serve(
+        "sleep",
+        1,
+        config()
+            .max_concurrent(1)
+            .queue(1, Duration::from_millis(100))
+            .observer(busy.clone()),
+    );
+    let slow = std::thread::spawn(move || get(sleep, "/?ms=800", ""));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(get(sleep, "/?ms=1", "").0, 503);
+    assert_eq!(slow.join().unwrap().0, 200);
+    let got = busy.0.lock().unwrap().clone();
+    let b = got
+        .iter()
+        .find(|r| r.outcome == Outcome::Busy)
+        .expect("a Busy report");
+    assert!(b.queue_wait >= Duration::from_millis(90), "{b:?}");
+}

@@ -1,0 +1,273 @@
+//! `spindle serve`: the components and their routes, the main listener
+//! (HTTP or HTTPS), the admin listener, and the shutdown sequence.
+//!
+//! ```text
+//! SIGTERM ─→ /readyz answers 503 ─(--shutdown-delay)─→ drain: no new
+//!            connections, idle ones closed, requests in flight get
+//!            --drain-timeout ─→ exit 0
+//! ```
+//!
+//! The admin listener keeps answering through the whole sequence, so a
+//! load balancer sees readiness fail before any connection closes.
+
+use std::io::Write as _;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use spindle_http::http;
+use spindle_http::{Body, Request, Response, StatusCode};
+use spindle_wasm::{Host, HostConfig};
+
+use crate::manifest::{Manifest, Route, Router};
+use crate::metrics::{Metrics, RouteMetrics};
+use crate::ServeArgs;
+
+/// What serving needs: the components, how paths reach them, the metrics.
+struct App {
+    /// (component name, host)
+    hosts: Vec<(String, Host)>,
+    router: Router,
+    /// Per route, in the router's order, and one for unmatched paths.
+    route_metrics: Vec<RouteMetrics>,
+    unmatched: RouteMetrics,
+    metrics: Arc<Metrics>,
+}
+
+impl App {
+    /// One component from the command line, or the manifest's.
+    fn load(args: &ServeArgs) -> Result<App, String> {
+        let metrics = Arc::new(Metrics::new());
+        let base = args.guest.apply(args.limits.apply(HostConfig::default()))?;
+        let (specs, router) = match &args.app {
+            Some(path) => {
+                let m = Manifest::load(path)?;
+                let router = m.router();
+                let mut specs = Vec::new();
+                for c in m.components {
+                    let config = component_config(base.clone(), &c)?;
+                    specs.push((c.name, Some(c.path), config));
+                }
+                (specs, router)
+            }
+            None => {
+                let router = Router::new(vec![(Route::Prefix(String::new()), 0)]);
+                let name = match &args.wasm {
+                    Some(p) => p.display().to_string(),
+                    None => "built-in hello".to_string(),
+                };
+                (vec![(name, args.wasm.clone(), base)], router)
+            }
+        };
+        let mut hosts = Vec::new();
+        for (name, path, config) in specs {
+            let wasm = match &path {
+                Some(p) => read(p)?,
+                None => spindle_wasm::HELLO_WASM.to_vec(),
+            };
+            let config = config.observer(metrics.observer(&name));
+            let host = Host::new(&wasm, config).map_err(|e| format!("{name}: {e:#}"))?;
+            hosts.push((name, host));
+        }
+        let route_metrics = router
+            .routes()
+            .iter()
+            .map(|(route, c)| metrics.route(&hosts[*c].0, &route.to_string()))
+            .collect();
+        Ok(App {
+            hosts,
+            router,
+            route_metrics,
+            unmatched: metrics.route("", ""),
+            metrics,
+        })
+    }
+
+    /// Routes one request to its component (404 if none), counting it.
+    fn handle(&self, req: Request<Body>) -> Response<Body> {
+        let started = Instant::now();
+        let picked = self.router.pick(req.uri().path());
+        let (response, metrics) = match picked {
+            Some(r) => {
+                let component = self.router.routes()[r].1;
+                (self.hosts[component].1.handle(req), &self.route_metrics[r])
+            }
+            None => {
+                let mut r = Response::new(Body::from("no route\n"));
+                *r.status_mut() = StatusCode::NOT_FOUND;
+                (r, &self.unmatched)
+            }
+        };
+        metrics.record(response.status().as_u16(), started.elapsed());
+        response
+    }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The command line's settings, with what a manifest component sets on top.
+fn component_config(
+    mut config: HostConfig,
+    c: &crate::manifest::ComponentSpec,
+) -> Result<HostConfig, String> {
+    let what = |e: String| format!("component {:?}: {e}", c.name);
+    if let Some(n) = c.max_concurrent {
+        config = config.max_concurrent(n);
+    }
+    if let Some(n) = c.fuel_limit {
+        config = config.fuel_limit(n);
+    }
+    if let Some(n) = c.fuel_yield {
+        config = config.fuel_yield_interval(n);
+    }
+    if let Some(m) = &c.memory_limit {
+        config = config.memory_limit(crate::bytes(m).map_err(what)?);
+    }
+    if let Some(t) = c.timeout {
+        config = config.timeout(crate::seconds(&t.to_string()).map_err(what)?);
+    }
+    for host in &c.allow_outbound {
+        config = config.allow_outbound(host).map_err(what)?;
+    }
+    for (k, v) in &c.env {
+        config = config.env(k, v);
+    }
+    Ok(config)
+}
+
+/// The admin listener's answers.
+fn admin(
+    req: &Request<Body>,
+    ready: &AtomicBool,
+    app: &App,
+    server: &spindle_http::ServerHandle,
+) -> Response<Body> {
+    let text = |status: StatusCode, body: String, kind: &'static str| {
+        let mut r = Response::new(Body::from(body));
+        *r.status_mut() = status;
+        r.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static(kind),
+        );
+        r
+    };
+    match req.uri().path() {
+        "/healthz" => text(StatusCode::OK, "ok\n".into(), "text/plain"),
+        "/readyz" if ready.load(Ordering::SeqCst) => {
+            text(StatusCode::OK, "ready\n".into(), "text/plain")
+        }
+        "/readyz" => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "draining\n".into(),
+            "text/plain",
+        ),
+        "/metrics" => text(
+            StatusCode::OK,
+            app.metrics.render(&app.hosts, server.connections()),
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        ),
+        _ => text(StatusCode::NOT_FOUND, "not found\n".into(), "text/plain"),
+    }
+}
+
+pub fn serve(args: ServeArgs) -> Result<ExitCode, String> {
+    let app = Arc::new(App::load(&args)?);
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(
+            spindle_http::tls::server_config_from_pem_files(cert, key)
+                .map_err(|e| format!("--tls-cert/--tls-key: {e}"))?,
+        ),
+        _ => None,
+    };
+    let mut builder = spindle::Runtime::builder();
+    if let Some(n) = args.workers {
+        builder = builder.workers(n.max(1));
+    }
+    let rt = builder.build().map_err(|e| format!("runtime: {e}"))?;
+    let (listen, reuse_port) = (args.listen.clone(), args.reuse_port);
+    let server = rt
+        .run(move || {
+            let listener = if reuse_port {
+                spindle::net::TcpListener::bind_reuse_port(listen.as_str())
+            } else {
+                spindle::net::TcpListener::bind(listen.as_str())
+            }?;
+            Ok::<_, std::io::Error>(spindle_http::Server::from_listener(listener))
+        })
+        .map_err(|e| format!("--listen {}: {e}", args.listen))?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let server = match tls {
+        Some(config) => server.tls(config),
+        None => server,
+    };
+    let addr = server.local_addr().map_err(|e| e.to_string())?;
+    let handle = server.handle();
+    let ready = Arc::new(AtomicBool::new(true));
+
+    let admin_server = match &args.admin {
+        Some(admin_addr) => {
+            let a = admin_addr.clone();
+            let s = rt
+                .run(move || spindle_http::Server::bind(a.as_str()))
+                .map_err(|e| format!("--admin {admin_addr}: {e}"))?;
+            Some(s)
+        }
+        None => None,
+    };
+    let admin_addr = match &admin_server {
+        Some(s) => Some(s.local_addr().map_err(|e| e.to_string())?),
+        None => None,
+    };
+    if let Some(s) = admin_server {
+        let (ready, app, main) = (ready.clone(), app.clone(), handle.clone());
+        rt.spawn(move || s.serve(move |req| admin(&req, &ready, &app, &main)));
+    }
+    let serving_app = app.clone();
+    let serving = rt.spawn(move || server.serve(move |req| serving_app.handle(req)));
+    let names: Vec<&str> = app.hosts.iter().map(|(n, _)| n.as_str()).collect();
+    println!(
+        "spindle: serving {} on {scheme}://{addr}/",
+        names.join(", ")
+    );
+    if let Some(a) = admin_addr {
+        println!("spindle: admin on http://{a}/ (/healthz, /readyz, /metrics)");
+    }
+    let _ = std::io::stdout().flush();
+
+    // SIGINT / SIGTERM: readiness fails, then (after the delay) the drain.
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ])
+    .map_err(|e| format!("signals: {e}"))?;
+    let (delay, drain) = (args.shutdown_delay, args.drain_timeout);
+    std::thread::spawn(move || {
+        if signals.forever().next().is_some() {
+            ready.store(false, Ordering::SeqCst);
+            if !delay.is_zero() {
+                eprintln!(
+                    "spindle: not ready; draining in {:.1} s",
+                    delay.as_secs_f64()
+                );
+                std::thread::sleep(delay);
+            }
+            eprintln!(
+                "spindle: draining ({:.1} s for requests in flight)",
+                drain.as_secs_f64()
+            );
+            let cancelled = handle.drain(Instant::now() + drain);
+            if cancelled > 0 {
+                eprintln!("spindle: cancelled {cancelled} connections at the deadline");
+            }
+        }
+    });
+    match serving.join() {
+        Ok(Ok(())) => Ok(ExitCode::SUCCESS),
+        Ok(Err(e)) => Err(format!("serving: {e}")),
+        Err(e) => Err(format!("serving: {e}")),
+    }
+}

@@ -1,0 +1,485 @@
+//! `spindle serve` as a platform team runs it: an app manifest with routes
+//! and per-component limits, HTTPS checked by curl and Python's `ssl`
+//! against a test CA, the admin listener (health, readiness flipping at
+//! drain, metrics parsed by the Prometheus project's Python parser), and
+//! configuration from the environment.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SPINDLE: &str = env!("CARGO_BIN_EXE_spindle");
+
+fn guest(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../guests/wasm")
+        .join(format!("{name}.wasm"))
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// A fresh directory under the system's temporary one.
+fn temp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("spindle-ops-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn spindle() -> Command {
+    let mut c = Command::new(SPINDLE);
+    c.env(
+        "XDG_CACHE_HOME",
+        std::env::temp_dir().join("spindle-cli-test-cache"),
+    );
+    // Nothing from the test runner's environment.
+    for (k, _) in std::env::vars() {
+        if k.starts_with("SPINDLE_") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+/// A running `spindle serve`: the child and the URLs it printed.
+struct Served {
+    child: Child,
+    url: String,
+    admin: Option<String>,
+}
+
+impl Served {
+    fn start(mut cmd: Command) -> Served {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut first = String::new();
+        out.read_line(&mut first).unwrap();
+        let url = first
+            .split_whitespace()
+            .find(|w| w.starts_with("http://") || w.starts_with("https://"))
+            .unwrap_or_else(|| panic!("no address in {first:?}: {}", stderr(&mut child)))
+            .to_string();
+        let admin = if cmd.get_args().any(|a| a == "--admin") {
+            let mut second = String::new();
+            out.read_line(&mut second).unwrap();
+            second
+                .split_whitespace()
+                .find(|w| w.starts_with("http://"))
+                .map(str::to_string)
+        } else {
+            None
+        };
+        Served { child, url, admin }
+    }
+
+    fn signal(&self, sig: &str) {
+        Command::new("kill")
+            .args([&format!("-{sig}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+    }
+
+    /// Waits (bounded) for the exit; its status and stderr.
+    fn wait(mut self) -> (std::process::ExitStatus, String) {
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return (s, stderr(&mut self.child));
+            }
+            assert!(Instant::now() < until, "spindle serve did not exit");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn stderr(child: &mut Child) -> String {
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    err
+}
+
+/// `(status, body)` of a GET with curl (`extra` before the URL).
+fn curl(url: &str, extra: &[&str]) -> (u16, String) {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "15", "-w", "\n%{http_code}"])
+        .args(extra)
+        .arg(url)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = stdout
+        .rsplit_once('\n')
+        .unwrap_or_else(|| panic!("curl: {}", String::from_utf8_lossy(&out.stderr)));
+    (code.parse().unwrap_or(0), body.to_string())
+}
+
+fn python(script: &str) -> String {
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "python: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn a_manifest_routes_by_longest_match_with_each_component_s_limits_and_env() {
+    let dir = temp_dir("manifest");
+    let manifest = write(
+        &dir,
+        "spindle.toml",
+        &format!(
+            r#"
+[[component]]
+name = "hello"
+path = "{hello}"
+routes = ["/", "/hello"]
+
+[[component]]
+name = "env"
+path = "{env}"
+routes = ["/env/..."]
+env = {{ MODE = "production", REGION = "eu" }}
+
+[[component]]
+name = "sleepy"
+path = "{sleep}"
+routes = ["/sleep", "/env/sleep"]
+timeout = 0.3
+"#,
+            hello = guest("hello"),
+            env = guest("env"),
+            sleep = guest("sleep"),
+        ),
+    );
+    let mut cmd = spindle();
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--workers", "1"])
+        .arg("--app")
+        .arg(&manifest)
+        .args(["--env", "FROM_FLAG=1"]);
+    let s = Served::start(cmd);
+    let u = |p: &str| format!("{}{}", s.url.trim_end_matches('/'), p);
+    assert_eq!(curl(&u("/"), &[]), (200, "Hello, World!".into()));
+    assert_eq!(curl(&u("/hello"), &[]), (200, "Hello, World!".into()));
+    let (status, env) = curl(&u("/env/anything"), &[]);
+    assert_eq!(status, 200);
+    for line in ["MODE=production", "REGION=eu", "FROM_FLAG=1"] {
+        assert!(
+            env.lines().any(|l| l == line),
+            "{line} missing from {env:?}"
+        );
+    }
+    // The longer exact route beats the prefix route it lies under.
+    assert_eq!(curl(&u("/env/sleep?ms=1"), &[]), (200, "slept 1 ms".into()));
+    // The component's own deadline (0.3 s), not the command line's (30 s).
+    let started = Instant::now();
+    assert_eq!(curl(&u("/sleep?ms=5000"), &[]).0, 500);
+    assert!(started.elapsed() < Duration::from_secs(4));
+    // No route: a 404 from the host, and the exact "/hello" is exact.
+    assert_eq!(curl(&u("/nope"), &[]).0, 404);
+    assert_eq!(curl(&u("/hello/x"), &[]).0, 404);
+}
+
+#[test]
+fn a_bad_manifest_is_a_clear_startup_error() {
+    let dir = temp_dir("bad");
+    let run = |manifest: &Path| {
+        let out = spindle()
+            .args(["serve", "--listen", "127.0.0.1:0", "--app"])
+            .arg(manifest)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let conflict = write(
+        &dir,
+        "conflict.toml",
+        &format!(
+            "[[component]]\nname = \"a\"\npath = \"{0}\"\nroutes = [\"/x\"]\n\n[[component]]\nname = \"b\"\npath = \"{0}\"\nroutes = [\"/x\"]\n",
+            guest("hello")
+        ),
+    );
+    let (code, err) = run(&conflict);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("conflict.toml") && err.contains("line 9") && err.contains("/x"),
+        "{err}"
+    );
+    let typo = write(
+        &dir,
+        "typo.toml",
+        "[[component]]\nname = \"a\"\npath = \"a.wasm\"\nroutes = [\"/\"]\ntimout = 3\n",
+    );
+    let (code, err) = run(&typo);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("line 5") && err.contains("timout"), "{err}");
+    let missing_wasm = write(
+        &dir,
+        "missing.toml",
+        "[[component]]\nname = \"a\"\npath = \"nowhere.wasm\"\nroutes = [\"/\"]\n",
+    );
+    let (code, err) = run(&missing_wasm);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("nowhere.wasm"), "{err}");
+    let (code, err) = run(&dir.join("absent.toml"));
+    assert_eq!(code, Some(2));
+    assert!(err.contains("absent.toml"), "{err}");
+    // An APP and a manifest at once is a usage error.
+    let out = spindle()
+        .args(["serve", &guest("hello"), "--app"])
+        .arg(&conflict)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// A test CA, and a certificate for localhost / 127.0.0.1 signed by it;
+/// plus a key that belongs to neither.
+fn test_pki(dir: &Path) -> (PathBuf, PathBuf, PathBuf, PathBuf) {
+    let sh = |script: &str| {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    sh(
+        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -keyout ca.key -out ca.pem -days 2 -subj /CN=spindle-test-ca 2>/dev/null",
+    );
+    sh(
+        "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -keyout server.key -out server.csr -subj /CN=localhost 2>/dev/null",
+    );
+    sh(
+        "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > ext.cnf && \
+        openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial \
+        -out server.pem -days 2 -extfile ext.cnf 2>/dev/null",
+    );
+    sh("openssl genpkey -algorithm ec -pkeyopt ec_paramgen_curve:prime256v1 -out other.key 2>/dev/null");
+    (
+        dir.join("ca.pem"),
+        dir.join("server.pem"),
+        dir.join("server.key"),
+        dir.join("other.key"),
+    )
+}
+
+#[test]
+fn https_with_curl_and_python_ssl_against_a_test_ca() {
+    let dir = temp_dir("tls");
+    let (ca, cert, key, other) = test_pki(&dir);
+    let mut cmd = spindle();
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--tls-cert",
+    ])
+    .arg(&cert)
+    .arg("--tls-key")
+    .arg(&key);
+    let s = Served::start(cmd);
+    assert!(s.url.starts_with("https://"), "{}", s.url);
+    let (status, body) = curl(&s.url, &["--cacert", ca.to_str().unwrap()]);
+    assert_eq!((status, body.as_str()), (200, "Hello, World!"));
+    // Without the CA curl refuses the certificate: no answer.
+    assert_eq!(curl(&s.url, &[]).0, 0);
+    let port = s.url.rsplit(':').next().unwrap().trim_end_matches('/');
+    let out = python(&format!(
+        r#"
+import http.client, ssl
+ctx = ssl.create_default_context(cafile="{ca}")
+ctx.set_alpn_protocols(["h2", "http/1.1"])
+c = http.client.HTTPSConnection("localhost", {port}, context=ctx, timeout=10)
+c.request("GET", "/")
+r = c.getresponse()
+print(r.status, r.read().decode(), c.sock.selected_alpn_protocol())
+"#,
+        ca = ca.display()
+    ));
+    assert_eq!(out.trim(), "200 Hello, World! http/1.1");
+
+    // A key that does not belong to the certificate: a clear error at once.
+    let out = spindle()
+        .args(["serve", "--listen", "127.0.0.1:0", "--tls-cert"])
+        .arg(&cert)
+        .arg("--tls-key")
+        .arg(&other)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--tls-cert/--tls-key"), "{err}");
+    // A certificate without its key is a usage error.
+    let out = spindle()
+        .args(["serve", "--tls-cert"])
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// The value of one sample of `/metrics`, parsed by `prometheus_client`.
+fn metric(admin: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let filter = labels
+        .iter()
+        .map(|(k, v)| format!(" and s.labels.get('{k}') == '{v}'"))
+        .collect::<String>();
+    let out = python(&format!(
+        r#"
+import urllib.request
+from prometheus_client.parser import text_string_to_metric_families
+text = urllib.request.urlopen("{admin}metrics", timeout=10).read().decode()
+total = 0.0
+for family in text_string_to_metric_families(text):
+    for s in family.samples:
+        if s.name == "{name}"{filter}:
+            total += s.value
+print(total)
+"#
+    ));
+    out.trim().parse().unwrap()
+}
+
+#[test]
+fn the_admin_listener_answers_health_readiness_flips_at_drain_and_metrics_add_up() {
+    let mut cmd = spindle();
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "2",
+        "--admin",
+        "127.0.0.1:0",
+        "--shutdown-delay",
+        "1",
+    ]);
+    let s = Served::start(cmd);
+    let admin = s.admin.clone().expect("the admin address is printed");
+    assert_eq!(curl(&format!("{admin}healthz"), &[]), (200, "ok\n".into()));
+    assert_eq!(
+        curl(&format!("{admin}readyz"), &[]),
+        (200, "ready\n".into())
+    );
+    assert_eq!(curl(&format!("{admin}nothing"), &[]).0, 404);
+    for _ in 0..7 {
+        assert_eq!(curl(&s.url, &[]).0, 200);
+    }
+    let hello = [
+        ("component", "built-in hello"),
+        ("route", "/..."),
+        ("class", "2xx"),
+    ];
+    assert_eq!(metric(&admin, "spindle_requests_total", &hello), 7.0);
+    assert_eq!(
+        metric(
+            &admin,
+            "spindle_guest_outcomes_total",
+            &[("component", "built-in hello"), ("outcome", "answered")]
+        ),
+        7.0
+    );
+    assert_eq!(
+        metric(
+            &admin,
+            "spindle_request_duration_seconds_count",
+            &[("component", "built-in hello")]
+        ),
+        7.0
+    );
+    assert_eq!(metric(&admin, "spindle_runtime_workers", &[]), 2.0);
+    assert!(metric(&admin, "spindle_runtime_live_fibers", &[]) >= 1.0);
+
+    // SIGTERM: not ready at once, still serving through the delay, then
+    // drained and gone.
+    s.signal("TERM");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(curl(&format!("{admin}readyz"), &[]).0, 503);
+    assert_eq!(
+        curl(&s.url, &[]).0,
+        200,
+        "serving on during the shutdown delay"
+    );
+    assert_eq!(curl(&format!("{admin}healthz"), &[]).0, 200);
+    let (status, err) = s.wait();
+    assert!(status.success(), "{status:?} {err}");
+    assert!(
+        err.contains("not ready") && err.contains("draining"),
+        "{err}"
+    );
+}
+
+#[test]
+fn flags_come_from_the_environment_and_a_flag_wins() {
+    // SPINDLE_LISTEN alone.
+    let mut cmd = spindle();
+    cmd.args(["serve", "--workers", "1"])
+        .env("SPINDLE_LISTEN", "127.0.0.1:0");
+    let s = Served::start(cmd);
+    assert_eq!(curl(&s.url, &[]).0, 200);
+    drop(s);
+    // A bad value in the environment, overridden by the flag.
+    let mut cmd = spindle();
+    cmd.args(["serve", "--listen", "127.0.0.1:0"])
+        .env("SPINDLE_LISTEN", "not an address")
+        .env("SPINDLE_WORKERS", "1");
+    let s = Served::start(cmd);
+    assert_eq!(curl(&s.url, &[]).0, 200);
+    drop(s);
+    // A bad value with no flag over it: status 2, naming the flag.
+    let out = spindle()
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("SPINDLE_MEMORY_LIMIT", "lots")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--memory-limit"));
+    // --help names the variables.
+    let out = spindle().args(["serve", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for v in [
+        "SPINDLE_LISTEN",
+        "SPINDLE_WORKERS",
+        "SPINDLE_ADMIN",
+        "SPINDLE_TLS_CERT",
+    ] {
+        assert!(help.contains(v), "--help does not name {v}");
+    }
+}
