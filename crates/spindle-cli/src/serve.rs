@@ -229,14 +229,22 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode, String> {
     let serving_app = app.clone();
     let serving = rt.spawn(move || server.serve(move |req| serving_app.handle(req)));
     let names: Vec<&str> = app.hosts.iter().map(|(n, _)| n.as_str()).collect();
-    println!(
+    // Written, not `println!`: a closed stdout (a supervisor that read the
+    // address and went away) must not take the server down.
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
         "spindle: serving {} on {scheme}://{addr}/",
         names.join(", ")
     );
     if let Some(a) = admin_addr {
-        println!("spindle: admin on http://{a}/ (/healthz, /readyz, /metrics)");
+        let _ = writeln!(
+            out,
+            "spindle: admin on http://{a}/ (/healthz, /readyz, /metrics)"
+        );
     }
-    let _ = std::io::stdout().flush();
+    let _ = out.flush();
+    drop(out);
 
     // SIGINT / SIGTERM: readiness fails, then (after the delay) the drain.
     let mut signals = signal_hook::iterator::Signals::new([

@@ -1,0 +1,232 @@
+//! Three `spindle serve` backends behind a real HAProxy (Debian's package)
+//! that health-checks their `/readyz`: under steady load one backend gets
+//! SIGTERM and a replacement starts. The client must see no failed request
+//! — readiness fails first, the backend keeps serving through its shutdown
+//! delay, then drains — and the backends' `/metrics` must add up to what
+//! the client sent.
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SPINDLE: &str = env!("CARGO_BIN_EXE_spindle");
+
+/// A port nothing listens on now (bound, then released).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Backend {
+    child: Child,
+    admin: u16,
+}
+
+impl Backend {
+    fn start(port: u16, admin: u16, shutdown_delay: &str) -> Backend {
+        let mut child = Command::new(SPINDLE)
+            .args(["serve", "--workers", "1", "--drain-timeout", "5"])
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--admin", &format!("127.0.0.1:{admin}")])
+            .args(["--shutdown-delay", shutdown_delay])
+            .env(
+                "XDG_CACHE_HOME",
+                std::env::temp_dir().join("spindle-cli-test-cache"),
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        // Serving once it has printed its address.
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.contains("serving"), "backend did not start: {line:?}");
+        Backend { child, admin }
+    }
+
+    /// This backend's count of answered requests, by its `/metrics`.
+    fn answered(&self) -> u64 {
+        let script = format!(
+            r#"
+import urllib.request
+from prometheus_client.parser import text_string_to_metric_families
+text = urllib.request.urlopen("http://127.0.0.1:{}/metrics", timeout=10).read().decode()
+n = 0
+for f in text_string_to_metric_families(text):
+    for s in f.samples:
+        if s.name == "spindle_requests_total":
+            n += s.value
+print(int(n))
+"#,
+            self.admin
+        );
+        let out = Command::new("python3")
+            .args(["-c", &script])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits until HAProxy's stats say `server` is `state` (UP/DOWN).
+fn wait_for(stats: u16, server: &str, state: &str) {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = Command::new("curl")
+            .args([
+                "-s",
+                "--max-time",
+                "2",
+                &format!("http://127.0.0.1:{stats}/stats;csv"),
+            ])
+            .output()
+            .unwrap();
+        let csv = String::from_utf8_lossy(&out.stdout);
+        let up = csv.lines().any(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            f.len() > 17 && f[1] == server && f[17].starts_with(state)
+        });
+        if up {
+            return;
+        }
+        assert!(Instant::now() < until, "{server} never {state}:\n{csv}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_backend_drained_behind_haproxy_loses_no_request_and_the_metrics_add_up() {
+    let ports: Vec<(u16, u16)> = (0..4).map(|_| (free_port(), free_port())).collect();
+    let (front, stats) = (free_port(), free_port());
+    let mut backends: Vec<Backend> = ports[..3]
+        .iter()
+        .map(|&(p, a)| Backend::start(p, a, "2"))
+        .collect();
+    let servers: String = ports
+        .iter()
+        .enumerate()
+        .map(|(i, (p, a))| format!("  server b{i} 127.0.0.1:{p} check port {a}\n"))
+        .collect();
+    let config = format!(
+        "global\n  maxconn 2000\n\
+         defaults\n  mode http\n  timeout connect 1s\n  timeout client 10s\n  timeout server 10s\n\
+         \x20 retries 3\n  option redispatch\n  retry-on all-retryable-errors\n\
+         frontend fe\n  bind 127.0.0.1:{front}\n  default_backend be\n\
+         frontend st\n  bind 127.0.0.1:{stats}\n  stats enable\n  stats uri /stats\n\
+         backend be\n  balance roundrobin\n  option httpchk GET /readyz\n  http-check expect status 200\n\
+         \x20 default-server inter 100ms fall 1 rise 2\n{servers}"
+    );
+    let dir = std::env::temp_dir().join(format!("spindle-haproxy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("haproxy.cfg");
+    std::fs::write(&cfg, config).unwrap();
+    let mut haproxy = Command::new("haproxy")
+        .arg("-db")
+        .arg("-f")
+        .arg(&cfg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("haproxy (Debian's package; .ci/run installs it)");
+    for i in 0..3 {
+        wait_for(stats, &format!("b{i}"), "UP");
+    }
+
+    // Steady load: 8 keep-alive clients for about 6 s, counting answers.
+    let load = Command::new("python3")
+        .arg("-c")
+        .arg(format!(
+            r#"
+import http.client, threading, time
+ok = [0] * 8
+bad = []
+stop = time.time() + 6
+def client(i):
+    c = None
+    while time.time() < stop:
+        try:
+            if c is None:
+                c = http.client.HTTPConnection("127.0.0.1", {front}, timeout=10)
+            c.request("GET", "/")
+            r = c.getresponse()
+            body = r.read()
+            if r.status == 200 and body == b"Hello, World!":
+                ok[i] += 1
+            else:
+                bad.append((r.status, body[:80]))
+        except Exception as e:
+            bad.append(repr(e))
+            c = None
+threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(sum(ok), len(bad), bad[:5])
+"#
+        ))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+
+    std::thread::sleep(Duration::from_millis(1500));
+    // SIGTERM one backend mid-load; a replacement comes up on the spare slot.
+    let leaving = backends.remove(0);
+    Command::new("kill")
+        .args(["-TERM", &leaving.child.id().to_string()])
+        .status()
+        .unwrap();
+    let replacement = Backend::start(ports[3].0, ports[3].1, "2");
+    wait_for(stats, "b0", "DOWN");
+    // Its count once HAProxy has stopped sending (still in its delay).
+    std::thread::sleep(Duration::from_millis(500));
+    let left_with = leaving.answered();
+    let mut leaving = leaving;
+    let until = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = leaving.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < until, "the drained backend did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    backends.push(replacement);
+
+    let out = load.wait_with_output().unwrap();
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    let _ = haproxy.kill();
+    let mut haproxy_err = String::new();
+    if let Some(mut e) = haproxy.stderr.take() {
+        let _ = e.read_to_string(&mut haproxy_err);
+    }
+    let _ = haproxy.wait();
+    let mut words = report.split_whitespace();
+    let ok: u64 = words.next().unwrap_or("0").parse().unwrap_or(0);
+    let failed: u64 = words.next().unwrap_or("1").parse().unwrap_or(1);
+    assert_eq!(failed, 0, "the client saw failures: {report} {haproxy_err}");
+    assert!(ok > 100, "hardly any load went through: {report}");
+    let counted: u64 = left_with + backends.iter().map(Backend::answered).sum::<u64>();
+    assert_eq!(
+        counted, ok,
+        "backends counted {counted}, the client got {ok}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
