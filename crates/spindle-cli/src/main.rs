@@ -38,6 +38,44 @@ const EXIT_TRAP: u8 = 134;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log lines as text for people or as JSON objects for machines. The
+    /// filter comes from SPINDLE_LOG (or RUST_LOG) [default: info,access=off];
+    /// `SPINDLE_LOG=info` adds an access line per request, `guest=warn`
+    /// quiets guests' output
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "human",
+        env = "SPINDLE_LOG_FORMAT"
+    )]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Human,
+    Json,
+}
+
+/// The log: `tracing` events to stderr, filtered by `SPINDLE_LOG` or
+/// `RUST_LOG` (default `info,access=off`: no access lines unless asked
+/// for); colours only on a terminal.
+fn init_logging(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("SPINDLE_LOG")
+        .or_else(|_| EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| EnvFilter::new("info,access=off"));
+    let fmt = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => fmt.json().flatten_event(true).init(),
+        LogFormat::Human => {
+            use std::io::IsTerminal as _;
+            fmt.with_ansi(std::io::stderr().is_terminal()).init()
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -162,6 +200,7 @@ struct RunArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse(); // a bad flag: a clear message and status 2
+    init_logging(cli.log_format);
     let result = match cli.command {
         Command::Serve(args) => serve::serve(args),
         Command::Run(args) => run(args),
@@ -169,7 +208,10 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("spindle: {e}");
+            // The command's own error, not a log line (and never a panic
+            // on a closed stderr).
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr().lock(), "spindle: {e}");
             ExitCode::from(2)
         }
     }
@@ -248,7 +290,7 @@ fn run(args: RunArgs) -> Result<ExitCode, String> {
     match spindle::run(move || spindle_wasm::run_command(&wasm, &guest_args, config)) {
         Ok(status) => Ok(ExitCode::from(status.clamp(0, 255) as u8)),
         Err(e) if e.downcast_ref::<spindle_wasm::Trap>().is_some() => {
-            eprintln!("spindle: {app}: guest trapped: {e:#}");
+            tracing::error!("{app}: guest trapped: {e:#}");
             Ok(ExitCode::from(EXIT_TRAP))
         }
         Err(e) => Err(format!("{app}: {e:#}")),

@@ -85,22 +85,36 @@ impl App {
         })
     }
 
-    /// Routes one request to its component (404 if none), counting it.
+    /// Routes one request to its component (404 if none), counting it and
+    /// writing its access-log line (target `access`, when enabled).
     fn handle(&self, req: Request<Body>) -> Response<Body> {
         let started = Instant::now();
         let picked = self.router.pick(req.uri().path());
-        let (response, metrics) = match picked {
-            Some(r) => {
-                let component = self.router.routes()[r].1;
-                (self.hosts[component].1.handle(req), &self.route_metrics[r])
-            }
-            None => {
+        let component = picked.map(|r| self.router.routes()[r].1);
+        let access = tracing::enabled!(target: "access", tracing::Level::INFO)
+            .then(|| (req.method().clone(), req.uri().path().to_string()));
+        let (response, metrics) = match (picked, component) {
+            (Some(r), Some(c)) => (self.hosts[c].1.handle(req), &self.route_metrics[r]),
+            _ => {
                 let mut r = Response::new(Body::from("no route\n"));
                 *r.status_mut() = StatusCode::NOT_FOUND;
                 (r, &self.unmatched)
             }
         };
-        metrics.record(response.status().as_u16(), started.elapsed());
+        let took = started.elapsed();
+        let status = response.status().as_u16();
+        metrics.record(status, took);
+        if let Some((method, path)) = access {
+            tracing::info!(
+                target: "access",
+                component = component.map_or("", |c| self.hosts[c].0.as_str()),
+                %method,
+                path,
+                status,
+                bytes = response.body().as_bytes().map(<[u8]>::len),
+                duration_ms = took.as_secs_f64() * 1e3,
+            );
+        }
         response
     }
 }
@@ -257,19 +271,16 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode, String> {
         if signals.forever().next().is_some() {
             ready.store(false, Ordering::SeqCst);
             if !delay.is_zero() {
-                eprintln!(
-                    "spindle: not ready; draining in {:.1} s",
-                    delay.as_secs_f64()
-                );
+                tracing::info!("not ready; draining in {:.1} s", delay.as_secs_f64());
                 std::thread::sleep(delay);
             }
-            eprintln!(
-                "spindle: draining ({:.1} s for requests in flight)",
+            tracing::info!(
+                "draining ({:.1} s for requests in flight)",
                 drain.as_secs_f64()
             );
             let cancelled = handle.drain(Instant::now() + drain);
             if cancelled > 0 {
-                eprintln!("spindle: cancelled {cancelled} connections at the deadline");
+                tracing::warn!("cancelled {cancelled} connections at the deadline");
             }
         }
     });

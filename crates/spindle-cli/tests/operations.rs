@@ -483,3 +483,40 @@ fn flags_come_from_the_environment_and_a_flag_wins() {
         assert!(help.contains(v), "--help does not name {v}");
     }
 }
+
+#[test]
+fn json_logs_are_json_with_an_access_line_per_request() {
+    let mut cmd = spindle();
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--log-format",
+        "json",
+    ])
+    .env("SPINDLE_LOG", "info");
+    let s = Served::start(cmd);
+    assert_eq!(curl(&format!("{}?x=1", s.url), &[]).0, 200);
+    assert_eq!(curl(&format!("{}missing/../", s.url), &[]).0, 200);
+    s.signal("INT");
+    let (status, err) = s.wait();
+    assert!(status.success());
+    let out = python(&format!(
+        r#"
+import json, sys
+lines = {lines:?}
+events = [json.loads(l) for l in lines if l.strip()]
+access = [e for e in events if e.get("target") == "access"]
+assert len(access) == 2, access
+a = access[0]
+assert a["status"] == 200 and a["path"] == "/" and a["method"] == "GET", a
+assert a["component"] == "built-in hello" and a["bytes"] == 13 and a["duration_ms"] > 0, a
+assert any("draining" in e.get("message", "") for e in events), events
+print("ok")
+"#,
+        lines = err.lines().collect::<Vec<_>>()
+    ));
+    assert_eq!(out.trim(), "ok", "{err}");
+}

@@ -1,12 +1,12 @@
-//! Guest stdout and stderr: into the host's log (its stderr), one line at a
-//! time, each prefixed by the request or command it came from.
+//! Guest stdout and stderr: into the host's log, one line at a time, as
+//! `tracing` events (target `guest`, level INFO) carrying the request they
+//! came from and the stream.
 //!
 //! The stream writes synchronously into a line buffer and never waits: it
 //! is always ready, so a chatty guest cannot park inside a host call, and no
 //! helper task is spawned per instance (wasmtime-wasi's default adapter
 //! spawns one on its tokio runtime).
 
-use std::io::Write as _;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -71,11 +71,11 @@ impl LineWriter {
 
     fn emit(&mut self) {
         let text = String::from_utf8_lossy(&self.line);
-        let _ = writeln!(
-            std::io::stderr().lock(),
-            "[{} {}] {}",
-            self.log.tag,
-            self.log.stream,
+        tracing::info!(
+            target: "guest",
+            request = %self.log.tag,
+            stream = self.log.stream,
+            "{}",
             text.trim_end_matches('\r')
         );
         self.line.clear();

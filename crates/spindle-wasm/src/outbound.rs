@@ -108,9 +108,9 @@ impl WasiHttpHooks for OutboundHooks {
         let host = uri.host().unwrap_or("").to_string();
         let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
         if !self.allow.allows(&host, port) {
-            eprintln!(
-                "spindle-wasm: {}: outbound request to {host}:{port} denied (not in --allow-outbound)",
-                self.tag
+            tracing::warn!(
+                request = %self.tag,
+                "outbound request to {host}:{port} denied (not in --allow-outbound)"
             );
             return Box::new(async { Err(HttpError::HttpRequestDenied) });
         }

@@ -124,8 +124,9 @@ pub(crate) fn handle(host: &Arc<HostInner>, req: Request<Body>) -> Response<Body
     };
     let Some(admission) = admission else {
         report_early(Outcome::Busy);
-        eprintln!(
-            "spindle-wasm: {tag}: 503, all {} guest slots busy",
+        tracing::warn!(
+            request = %tag,
+            "503, all {} guest slots busy",
             host.config.max_concurrent
         );
         return plain(StatusCode::SERVICE_UNAVAILABLE, "server busy");
@@ -154,7 +155,7 @@ pub(crate) fn handle(host: &Arc<HostInner>, req: Request<Body>) -> Response<Body
         Ok(h) => h,
         Err(e) => {
             report_early(Outcome::BadRequest);
-            eprintln!("spindle-wasm: {tag}: 400, {e:#}");
+            tracing::warn!(request = %tag, "400, {e:#}");
             return plain(StatusCode::BAD_REQUEST, "bad request");
         }
     };
@@ -394,7 +395,7 @@ impl Drop for Exchange {
     fn drop(&mut self) {
         self.finish();
         if let Some(why) = &self.failure {
-            eprintln!("spindle-wasm: {}: {why}", self.tag);
+            tracing::warn!(request = %self.tag, outcome = self.outcome.as_str(), "{why}");
         }
         if let Some(observer) = &self.observer {
             observer.request(&self.timing.report(self.outcome));

@@ -400,7 +400,8 @@ impl Reports {
 fn the_observer_hears_how_each_request_ended_and_where_its_time_went() {
     use spindle_wasm::Outcome;
     let reports = std::sync::Arc::new(Reports::default());
-    let observed = |c: HostConfig| c.observer(reports.clone());
+    // Small pools: seven hosts live at once here, beside other tests'.
+    let observed = |c: HostConfig| c.max_concurrent(8).observer(reports.clone());
 
     let (_a, hello) = serve("hello", 1, observed(config()));
     assert_eq!(get(hello, "/", "").0, 200);

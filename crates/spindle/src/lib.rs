@@ -161,6 +161,7 @@ mod future;
 pub mod io;
 mod local;
 mod loom;
+mod loud;
 mod membarrier;
 pub mod net;
 mod poll;

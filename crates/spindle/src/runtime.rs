@@ -479,8 +479,8 @@ impl Runtime {
         for (i, w) in self.sched.workers.iter().enumerate() {
             let id = w.running_fiber.load(Ordering::Relaxed);
             if id != 0 {
-                eprintln!(
-                    "spindle: shutdown has waited {:.0?} for worker {i}, which is running \
+                crate::loud::loud!(
+                    "shutdown has waited {:.0?} for worker {i}, which is running \
                      fiber {id} and has not switched back (a fiber that never yields or \
                      waits cannot be stopped)",
                     waited

@@ -125,7 +125,9 @@ fn teardown_values(map: &std::cell::RefCell<LocalMap>) {
         }
     }
     if !map.borrow().is_empty() {
-        eprintln!("spindle: fiber-locals kept re-creating each other in their destructors; the rest are leaked");
+        crate::loud::loud!(
+            "fiber-locals kept re-creating each other in their destructors; the rest are leaked"
+        );
         std::mem::forget(map.borrow_mut().take_all());
     }
 }

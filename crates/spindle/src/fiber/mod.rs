@@ -270,8 +270,8 @@ pub(crate) fn complete(fiber: &FiberCore<dyn Task>, stopped: bool) {
 /// used for every drop the runtime makes on a worker's own stack.
 pub(crate) fn drop_quietly<T>(value: T, what: &str) {
     if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(move || drop(value))) {
-        eprintln!(
-            "spindle: a panic in the Drop of {what} was caught: {}",
+        crate::loud::loud!(
+            "a panic in the Drop of {what} was caught: {}",
             panic_message(&payload)
         );
         // Its own Drop might panic too: never run it.
@@ -466,8 +466,8 @@ pub(crate) unsafe fn prepare(fiber: &FiberRef, pool: &mut stack::StackPool) -> b
         Err(e) => {
             // The reservation promised a slot; only a guard install can fail
             // here. Loud, and the fiber ends without a result.
-            eprintln!(
-                "spindle: fiber {} could not get its stack at first run: {e}",
+            crate::loud::loud!(
+                "fiber {} could not get its stack at first run: {e}",
                 header.id
             );
             return false;
@@ -533,8 +533,8 @@ pub(crate) unsafe fn stop(fiber: &FiberRef) -> Option<stack::FiberStack> {
             .as_deref()
             .map(|n| format!(" \"{n}\""))
             .unwrap_or_default();
-        eprintln!(
-            "spindle: fiber {}{name} was still waiting inside a destructor while it \
+        crate::loud::loud!(
+            "fiber {}{name} was still waiting inside a destructor while it \
              unwound ({}) when the runtime stopped; its stack is leaked, not unwound",
             header.id,
             header.waiting_on.get()
@@ -550,8 +550,8 @@ pub(crate) unsafe fn stop(fiber: &FiberRef) -> Option<stack::FiberStack> {
     match unwound {
         Ok(()) => Some(c.into_stack()),
         Err(payload) => {
-            eprintln!(
-                "spindle: fiber {} ended its forced unwind with a panic: {}",
+            crate::loud::loud!(
+                "fiber {} ended its forced unwind with a panic: {}",
                 header.id,
                 panic_message(&payload)
             );

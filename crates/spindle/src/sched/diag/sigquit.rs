@@ -52,7 +52,10 @@ pub(crate) fn dump_on_sigquit(sched: &Arc<Scheduler>) {
                     .filter_map(Weak::upgrade)
                     .collect();
                 for s in runtimes {
-                    eprint!("{}", dump(&s));
+                    // The dump is this signal's output (as Go's), not a
+                    // log line: stderr, and a closed stderr is ignored.
+                    use std::io::Write as _;
+                    let _ = write!(std::io::stderr().lock(), "{}", dump(&s));
                 }
             });
         // SAFETY: installs a handler that only writes to a pipe.

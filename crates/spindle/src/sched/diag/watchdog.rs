@@ -87,8 +87,8 @@ fn run(sched: Weak<Scheduler>, threshold: Option<Duration>) {
                 reported.insert(fiber);
                 *w.stall_since.lock().unwrap_or_else(|e| e.into_inner()) = Some(since);
                 w.stalled_seq.store(seq, Ordering::Release);
-                eprintln!(
-                    "spindle: worker {i} has run fiber {fiber}{} for {} ms without a switch; {}",
+                crate::loud::loud!(
+                    "worker {i} has run fiber {fiber}{} for {} ms without a switch; {}",
                     running_name(w, fiber)
                         .map(|n| format!(" \"{n}\""))
                         .unwrap_or_default(),

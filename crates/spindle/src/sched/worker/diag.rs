@@ -65,9 +65,10 @@ impl Worker {
             .as_deref()
             .map(|n| format!(" \"{n}\""))
             .unwrap_or_default();
-        eprintln!(
-            "spindle: fiber {}{name} blocked worker {} for {held} ms without a switch",
-            fiber.header.id, self.index
+        crate::loud::loud!(
+            "fiber {}{name} blocked worker {} for {held} ms without a switch",
+            fiber.header.id,
+            self.index
         );
     }
 }
