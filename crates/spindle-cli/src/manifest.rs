@@ -285,4 +285,21 @@ routes = ["/", "/api/special/deep", "/..."]
         assert!(Manifest::parse(dup).unwrap_err().contains("used twice"));
         assert!(Manifest::parse("").unwrap_err().contains("component"));
     }
+
+    #[test]
+    fn the_shipped_manifests_parse() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let image = std::fs::read_to_string(root.join("deploy/app/spindle.toml")).unwrap();
+        Manifest::parse(&image).unwrap();
+        // The ConfigMap's copy: the block under `spindle.toml: |`.
+        let cm = std::fs::read_to_string(root.join("deploy/kubernetes/configmap.yaml")).unwrap();
+        let block: String = cm
+            .lines()
+            .skip_while(|l| !l.trim_start().starts_with("spindle.toml: |"))
+            .skip(1)
+            .map(|l| format!("{}\n", l.trim_start()))
+            .collect();
+        let m = Manifest::parse(&block).unwrap();
+        assert_eq!(m.components[0].name, "hello");
+    }
 }
