@@ -47,7 +47,11 @@ pub struct Metrics {
     live_fibers: Gauge,
     queued_fibers: Gauge,
     wait_registrations: Gauge,
+    blocking_threads: Gauge,
     connections: Gauge,
+    /// Body bytes read from clients and written to them.
+    pub bytes_in: Counter,
+    pub bytes_out: Counter,
 }
 
 /// The status classes a request is counted under.
@@ -87,7 +91,10 @@ impl Metrics {
             live_fibers: Gauge::default(),
             queued_fibers: Gauge::default(),
             wait_registrations: Gauge::default(),
+            blocking_threads: Gauge::default(),
             connections: Gauge::default(),
+            bytes_in: Counter::default(),
+            bytes_out: Counter::default(),
         };
         let mut m = m;
         let r = &mut m.registry;
@@ -166,6 +173,21 @@ impl Metrics {
             "Open HTTP connections",
             m.connections.clone(),
         );
+        r.register(
+            "runtime_blocking_threads",
+            "Threads of the blocking pool (file I/O, name resolution)",
+            m.blocking_threads.clone(),
+        );
+        r.register(
+            "http_request_body_bytes",
+            "Request body bytes handed to handlers",
+            m.bytes_in.clone(),
+        );
+        r.register(
+            "http_response_body_bytes",
+            "Response body bytes handed to clients' connections",
+            m.bytes_out.clone(),
+        );
         m
     }
 
@@ -218,6 +240,8 @@ impl Metrics {
             self.queued_fibers.set(stats.queued() as i64);
             self.wait_registrations.set(stats.wait_registrations as i64);
         }
+        self.blocking_threads
+            .set(spindle::blocking::threads().0 as i64);
         self.connections.set(connections as i64);
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
@@ -252,5 +276,19 @@ impl spindle_wasm::Observer for ComponentObserver {
                 ("outcome", r.outcome.as_str()),
             ]))
             .inc();
+    }
+}
+
+/// A body reader that counts what passes through it.
+pub struct Counting<R> {
+    pub inner: R,
+    pub counter: Counter,
+}
+
+impl<R: std::io::Read> std::io::Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.counter.inc_by(n as u64);
+        Ok(n)
     }
 }

@@ -93,6 +93,20 @@ impl App {
         let component = picked.map(|r| self.router.routes()[r].1);
         let access = tracing::enabled!(target: "access", tracing::Level::INFO)
             .then(|| (req.method().clone(), req.uri().path().to_string()));
+        // Body bytes, counted as they pass: a whole body at once, a stream
+        // as it is read.
+        let req = match req.body().as_bytes() {
+            Some(b) => {
+                self.metrics.bytes_in.inc_by(b.len() as u64);
+                req
+            }
+            None => req.map(|body| {
+                Body::from_reader(crate::metrics::Counting {
+                    inner: body,
+                    counter: self.metrics.bytes_in.clone(),
+                })
+            }),
+        };
         let (response, metrics) = match (picked, component) {
             (Some(r), Some(c)) => (self.hosts[c].1.handle(req), &self.route_metrics[r]),
             _ => {
@@ -104,6 +118,19 @@ impl App {
         let took = started.elapsed();
         let status = response.status().as_u16();
         metrics.record(status, took);
+        let bytes = response.body().as_bytes().map(<[u8]>::len);
+        let response = match bytes {
+            Some(n) => {
+                self.metrics.bytes_out.inc_by(n as u64);
+                response
+            }
+            None => response.map(|body| {
+                Body::from_reader(crate::metrics::Counting {
+                    inner: body,
+                    counter: self.metrics.bytes_out.clone(),
+                })
+            }),
+        };
         if let Some((method, path)) = access {
             tracing::info!(
                 target: "access",
@@ -111,7 +138,7 @@ impl App {
                 %method,
                 path,
                 status,
-                bytes = response.body().as_bytes().map(<[u8]>::len),
+                bytes,
                 duration_ms = took.as_secs_f64() * 1e3,
             );
         }

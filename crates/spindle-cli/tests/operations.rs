@@ -424,6 +424,16 @@ fn the_admin_listener_answers_health_readiness_flips_at_drain_and_metrics_add_up
         ),
         7.0
     );
+    assert_eq!(
+        metric(&admin, "spindle_http_response_body_bytes_total", &[]),
+        7.0 * "Hello, World!".len() as f64
+    );
+    assert!(metric(&admin, "spindle_runtime_blocking_threads", &[]) >= 0.0);
+    assert_eq!(
+        metric(&admin, "spindle_guest_instances", &[]),
+        0.0,
+        "none left after the requests"
+    );
     assert_eq!(metric(&admin, "spindle_runtime_workers", &[]), 2.0);
     assert!(metric(&admin, "spindle_runtime_live_fibers", &[]) >= 1.0);
 
@@ -519,4 +529,57 @@ print("ok")
         lines = err.lines().collect::<Vec<_>>()
     ));
     assert_eq!(out.trim(), "ok", "{err}");
+}
+
+#[test]
+fn two_processes_share_a_port_with_reuse_port() {
+    let start = |listen: &str| {
+        let mut cmd = spindle();
+        cmd.args([
+            "serve",
+            "--workers",
+            "1",
+            "--reuse-port",
+            "--listen",
+            listen,
+        ])
+        .args(["--admin", "127.0.0.1:0"]);
+        Served::start(cmd)
+    };
+    let a = start("127.0.0.1:0");
+    let port = a
+        .url
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches('/')
+        .to_string();
+    let b = start(&format!("127.0.0.1:{port}"));
+    assert_eq!(a.url, b.url, "the second process took the same port");
+    // Without the flag the port is taken.
+    let out = spindle()
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    // 40 fresh connections: the kernel spreads them over both processes.
+    for _ in 0..40 {
+        assert_eq!(curl(&a.url, &[]).0, 200);
+    }
+    let count = |s: &Served| {
+        metric(
+            s.admin.as_ref().unwrap(),
+            "spindle_requests_total",
+            &[("class", "2xx")],
+        )
+    };
+    let (na, nb) = (count(&a), count(&b));
+    assert_eq!(na + nb, 40.0);
+    assert!(na > 0.0 && nb > 0.0, "one process got nothing: {na} {nb}");
+    // One leaves; the other serves every connection.
+    a.signal("TERM");
+    assert!(a.wait().0.success());
+    for _ in 0..10 {
+        assert_eq!(curl(&b.url, &[]).0, 200);
+    }
 }

@@ -108,6 +108,20 @@ struct Completion<T> {
     state: Mutex<(Option<std::thread::Result<T>>, Option<WaitToken>)>,
 }
 
+/// The blocking pool's threads now, and how many of them are idle (the
+/// pool is shared by every runtime of the process; idle threads exit after
+/// 10 s).
+///
+/// ```
+/// spindle::run(|| spindle::blocking::run(|| ()));
+/// let (threads, idle) = spindle::blocking::threads();
+/// assert!(threads >= 1 && idle <= threads);
+/// ```
+pub fn threads() -> (usize, usize) {
+    let st = pool().state.lock().unwrap_or_else(|e| e.into_inner());
+    (st.threads, st.idle)
+}
+
 /// Runs `f` on the blocking pool while the calling fiber waits, and returns
 /// its value (a panic in `f` is re-raised here). On a plain thread, runs
 /// `f` right there.
