@@ -6,7 +6,9 @@ interleaved rounds, medians. Both instantiate a fresh instance per request
 with the pooling allocator.
 
 Rows:
-  hello     wrk -c50 on hello.wasm: requests/s, p99, server CPU per request
+  hello     wrk -c50 on hello.wasm: requests/s, p99, server CPU per request;
+            also with the admin listener on (metrics), and with it and an
+            access line per request written to a log file (SPINDLE_LOG=info)
   sleep     RSS of the server while 1000 requests each sleep 2 s in the
             guest (WASI monotonic-clock pollable)
   outbound  RSS while 1000 requests each wait on an outgoing request to a
@@ -14,7 +16,7 @@ Rows:
   burn      a computing guest's neighbours: latency of a tiny request every 20 ms,
             alone and while 4 clients keep long burn requests running
 
-    python3 bench/wasm.py [--rounds 3] [--secs 5]
+    python3 bench/wasm.py [--rounds 3] [--secs 5] [--only hello]
 
 wasmtime-cli is built once into target/wasmtime-cli (cargo install).
 """
@@ -53,11 +55,17 @@ def free_port():
 def start(server, wasm, port, extra_allow=None):
     """Starts a server on CPU 1 and waits until it answers TCP."""
     app = os.path.join(GUESTS, wasm)
-    if server == "spindle":
+    env, stderr = None, subprocess.DEVNULL
+    if server.startswith("spindle"):
         cmd = [SPINDLE, "serve", app, "--listen", f"127.0.0.1:{port}", "--workers", "1",
                "--max-concurrent", "1100", "--timeout", "60", "--fuel-limit", "100000000000000"]
         if extra_allow:
             cmd += ["--allow-outbound", extra_allow]
+        if server in ("spindle-admin", "spindle-ops"):
+            cmd += ["--admin", f"127.0.0.1:{free_port()}"]
+        if server == "spindle-ops":
+            env = dict(os.environ, SPINDLE_LOG="info")
+            stderr = open(os.path.join("/tmp", f"spindle-access-{port}.log"), "w")
     else:
         # The same pool sizing spindle-wasm derives from --max-concurrent
         # 1100 (wasmtime's defaults hold only 1000 core instances: 333 of
@@ -68,7 +76,7 @@ def start(server, wasm, port, extra_allow=None):
                 f"pooling-max-memory-size={128 << 20}"]
         cmd = [WASMTIME, "serve", "-Scli"] + [f"-O{o}" for o in pool] + ["--addr", f"127.0.0.1:{port}", app]
     p = subprocess.Popen(["taskset", "-c", "1"] + cmd, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)
+                         stderr=stderr, env=env)
     for _ in range(300):
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
@@ -118,6 +126,8 @@ def rss_mib(pid):
 
 def to_ms(text):
     m = re.match(r"([0-9.]+)(us|ms|s)", text)
+    if not m:
+        return float("nan")  # wrk prints -nan when it has no latency sample
     v, unit = float(m.group(1)), m.group(2)
     return v / 1000 if unit == "us" else v * 1000 if unit == "s" else v
 
@@ -132,9 +142,13 @@ def hello(server, secs):
                          capture_output=True, text=True).stdout
     c1 = cpu_seconds(p.pid)
     stop(p)
+    if "Requests/sec" not in out:
+        print(f"{server}: wrk printed no result:\n{out}", file=sys.stderr)
+        return {"rps": 0.0, "p99": float("nan"), "cpu_us": float("nan"), "errors": 0}
     rps = float(re.search(r"Requests/sec:\s+([0-9.]+)", out).group(1))
     total = int(re.search(r"(\d+) requests in", out).group(1))
-    p99 = to_ms(re.search(r"99%\s+(\S+)", out).group(1))
+    m99 = re.search(r"99%\s+(\S+)", out)
+    p99 = to_ms(m99.group(1)) if m99 else float("nan")
     bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     return {"rps": rps, "p99": p99, "cpu_us": (c1 - c0) / max(total, 1) * 1e6,
             "errors": int(bad.group(1)) if bad else 0}
@@ -240,16 +254,21 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--secs", type=int, default=5)
+    ap.add_argument("--only", default="", help="hello: the hello rows alone")
     args = ap.parse_args()
     build()
     upstream_port = free_port()
     slow_upstream(upstream_port, 2.0)
     servers = ["spindle", "wasmtime"]
-    res = {(s, k): [] for s in servers for k in ("hello", "sleep", "outbound", "burn")}
+    hello_servers = ["spindle", "spindle-admin", "spindle-ops", "wasmtime"]
+    res = {(s, k): [] for s in hello_servers for k in ("hello", "sleep", "outbound", "burn")}
     for r in range(args.rounds):
         order = servers if r % 2 == 0 else servers[::-1]
-        for s in order:
+        for s in (hello_servers if r % 2 == 0 else hello_servers[::-1]):
             res[(s, "hello")].append(hello(s, args.secs))
+        if args.only == "hello":
+            print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+            continue
         for s in order:
             res[(s, "sleep")].append(parked(s, "sleep", upstream_port))
         for s in order:
@@ -261,14 +280,21 @@ def main():
     def med(s, k, f):
         return statistics.median(x[f] for x in res[(s, k)])
 
-    names = {"spindle": "spindle serve (1 worker)", "wasmtime": "wasmtime serve 48.0.8"}
+    names = {"spindle": "spindle serve (1 worker)", "wasmtime": "wasmtime serve 48.0.8",
+             "spindle-admin": "spindle serve + --admin (metrics on, no access log)",
+             "spindle-ops": "spindle serve + ops (--admin, access log to a file)"}
     print(f"\n{args.rounds} interleaved rounds; server on CPU 1, load on CPU 0; medians.\n")
     print("**hello.wasm, wrk -c50**\n")
     print("| server | requests/s | p99 ms | CPU µs/request | non-2xx |")
     print("|---|---|---|---|---|")
-    for s in servers:
+    for s in hello_servers:
         print(f"| {names[s]} | {med(s, 'hello', 'rps'):.0f} | {med(s, 'hello', 'p99'):.2f} | "
               f"{med(s, 'hello', 'cpu_us'):.1f} | {med(s, 'hello', 'errors'):.0f} |")
+    base = med("spindle", "hello", "cpu_us")
+    for s in ("spindle-admin", "spindle-ops"):
+        print(f"\n{names[s]} / spindle serve, CPU per request: {med(s, 'hello', 'cpu_us') / base:.3f}×")
+    if args.only == "hello":
+        return
     print("\n**RSS with 1000 requests in flight** (MiB; idle = before the load)\n")
     print("| server | idle | 1000 × sleep 2 s | answered | 1000 × outgoing to a 2 s server | answered |")
     print("|---|---|---|---|---|---|")

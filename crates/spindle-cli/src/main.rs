@@ -4,6 +4,7 @@
 //! the environment variable named in its help (a flag on the command line
 //! wins).
 
+mod log_writer;
 mod manifest;
 mod metrics;
 mod serve;
@@ -60,15 +61,17 @@ enum LogFormat {
 
 /// The log: `tracing` events to stderr, filtered by `SPINDLE_LOG` or
 /// `RUST_LOG` (default `info,access=off`: no access lines unless asked
-/// for); colours only on a terminal.
-fn init_logging(format: LogFormat) {
+/// for); colours only on a terminal. Lines are written in batches
+/// (`log_writer`); the guard writes what is left when `main` returns.
+fn init_logging(format: LogFormat) -> log_writer::FlushGuard {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("SPINDLE_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new("info,access=off"));
+    let (writer, guard) = log_writer::batched_stderr();
     let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(writer);
     match format {
         LogFormat::Json => fmt.json().flatten_event(true).init(),
         LogFormat::Human => {
@@ -76,6 +79,7 @@ fn init_logging(format: LogFormat) {
             fmt.with_ansi(std::io::stderr().is_terminal()).init()
         }
     }
+    guard
 }
 
 #[derive(Subcommand)]
@@ -200,7 +204,7 @@ struct RunArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse(); // a bad flag: a clear message and status 2
-    init_logging(cli.log_format);
+    let _log = init_logging(cli.log_format);
     let result = match cli.command {
         Command::Serve(args) => serve::serve(args),
         Command::Run(args) => run(args),

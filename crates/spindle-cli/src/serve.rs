@@ -92,7 +92,7 @@ impl App {
         let picked = self.router.pick(req.uri().path());
         let component = picked.map(|r| self.router.routes()[r].1);
         let access = tracing::enabled!(target: "access", tracing::Level::INFO)
-            .then(|| (req.method().clone(), req.uri().path().to_string()));
+            .then(|| (req.method().clone(), req.uri().clone()));
         // Body bytes, counted as they pass: a whole body at once, a stream
         // as it is read.
         let req = match req.body().as_bytes() {
@@ -131,12 +131,12 @@ impl App {
                 })
             }),
         };
-        if let Some((method, path)) = access {
+        if let Some((method, uri)) = access {
             tracing::info!(
                 target: "access",
                 component = component.map_or("", |c| self.hosts[c].0.as_str()),
                 %method,
-                path,
+                path = uri.path(),
                 status,
                 bytes,
                 duration_ms = took.as_secs_f64() * 1e3,

@@ -129,9 +129,13 @@ fn a_guests_sleep_and_the_request_deadline_fire_on_an_idle_worker() {
     let started = std::time::Instant::now();
     let long = curl(&format!("{url}?ms=5000"));
     let long_took = started.elapsed();
-    let _ = child.kill();
-    let err = stderr_of(&mut child);
+    // An orderly stop, so the log is written out before we read it.
+    Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
     let _ = child.wait();
+    let err = stderr_of(&mut child);
     assert_eq!(short, "200 slept 200 ms", "{err}");
     // A guest that sleeps past `--timeout` is cut off by the deadline (not
     // answered 200 when something else wakes the worker), and the client
