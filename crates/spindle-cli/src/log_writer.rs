@@ -43,6 +43,7 @@ fn write_out(text: &[u8]) {
 }
 
 /// The `MakeWriter` handed to `tracing-subscriber`.
+#[derive(Clone)]
 pub struct BatchedStderr {
     shared: Arc<Shared>,
 }

@@ -4,6 +4,7 @@
 //! the environment variable named in its help (a flag on the command line
 //! wins).
 
+mod access_log;
 mod log_writer;
 mod manifest;
 mod metrics;
@@ -61,24 +62,33 @@ enum LogFormat {
 
 /// The log: `tracing` events to stderr, filtered by `SPINDLE_LOG` or
 /// `RUST_LOG` (default `info,access=off`: no access lines unless asked
-/// for); colours only on a terminal. Lines are written in batches
-/// (`log_writer`); the guard writes what is left when `main` returns.
+/// for); colours only on a terminal. Access lines have a layer of their
+/// own (`access_log`); every line is written in batches (`log_writer`);
+/// the guard writes what is left when `main` returns.
 fn init_logging(format: LogFormat) -> log_writer::FlushGuard {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("SPINDLE_LOG")
-        .or_else(|_| EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| EnvFilter::new("info,access=off"));
+    use tracing_subscriber::filter::{filter_fn, EnvFilter, FilterExt as _};
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
+    const DEFAULT: &str = "info,access=off";
+    let directives = std::env::var("SPINDLE_LOG")
+        .or_else(|_| std::env::var("RUST_LOG"))
+        .unwrap_or_else(|_| DEFAULT.to_string());
+    let filter = || EnvFilter::try_new(&directives).unwrap_or_else(|_| EnvFilter::new(DEFAULT));
     let (writer, guard) = log_writer::batched_stderr();
-    let fmt = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(writer);
-    match format {
-        LogFormat::Json => fmt.json().flatten_event(true).init(),
-        LogFormat::Human => {
-            use std::io::IsTerminal as _;
-            fmt.with_ansi(std::io::stderr().is_terminal()).init()
-        }
-    }
+    let json = matches!(format, LogFormat::Json);
+    let general = tracing_subscriber::fmt::layer().with_writer(writer.clone());
+    let general = if json {
+        general.json().flatten_event(true).boxed()
+    } else {
+        use std::io::IsTerminal as _;
+        general.with_ansi(std::io::stderr().is_terminal()).boxed()
+    };
+    let not_access = filter_fn(|m| m.target() != "access");
+    tracing_subscriber::registry()
+        .with(general.with_filter(filter().and(not_access)))
+        .with(access_log::AccessLog::new(json, writer).with_filter(filter()))
+        .init();
     guard
 }
 
