@@ -77,7 +77,7 @@ thread_local! {
     /// This thread's line buffer and fields, reused.
     static SCRATCH: RefCell<(String, Fields)> = RefCell::new((String::new(), Fields::default()));
     /// The current second and its text, `YYYY-MM-DDTHH:MM:SS`.
-    static SECOND: RefCell<(u64, String)> = RefCell::new((u64::MAX, String::new()));
+    static SECOND: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
 }
 
 impl<S, W> Layer<S> for AccessLog<W>
