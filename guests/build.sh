@@ -12,5 +12,6 @@ for g in hello echo fetch sleep burn alloc trap noreply env; do
     cp "target/wasm32-wasip2/release/$g.wasm" "wasm/$g.wasm"
 done
 cp target/wasm32-wasip2/release/fetch-cmd.wasm wasm/fetch-cmd.wasm
+cp target/wasm32-wasip2/release/trap-cmd.wasm wasm/trap-cmd.wasm
 ./sources-hash.sh > wasm/SOURCES.sha256
 ls -l wasm

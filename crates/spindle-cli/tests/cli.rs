@@ -227,3 +227,25 @@ fn help_names_every_flag_and_bad_flags_are_clear_errors() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/app.wasm"));
 }
+
+#[test]
+fn a_command_that_traps_exits_134_not_the_usage_status() {
+    let out = Command::new(SPINDLE)
+        .args(["run", &guest("trap-cmd")])
+        .env(
+            "XDG_CACHE_HOME",
+            std::env::temp_dir().join("spindle-cli-test-cache"),
+        )
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(134), "{stdout}{stderr}");
+    assert!(stdout.contains("about to trap"), "{stdout}");
+    assert!(stderr.contains("trapped"), "{stderr}");
+    // --help says so.
+    let help = Command::new(SPINDLE).arg("--help").output().unwrap();
+    assert!(String::from_utf8_lossy(&help.stdout).contains("134"));
+}
