@@ -169,17 +169,20 @@ impl Client {
     pub fn request(&self, req: Request<Body>) -> Result<Response<Body>, Error> {
         let origin = origin_of(req.uri()).map_err(invalid_request)?;
         let (parts, body) = req.into_parts();
-        // A streamed body cannot be sent twice: collect it for a retry.
         let body = match body.as_bytes() {
             Some(b) => Bytes::copy_from_slice(b),
-            None => Bytes::from(body.into_vec().map_err(invalid_request)?),
+            // A streamed body goes out as it is produced, while the
+            // response is read: a server may answer (or start to) before
+            // the body is complete, and the body's producer may wait for
+            // that answer.
+            None => return self.request_streaming(parts, body, &origin),
         };
         let head = encode_head(
             &parts.method,
             &parts.uri,
             &parts.headers,
             &origin,
-            body.len(),
+            encode::RequestFraming::Length(body.len() as u64),
         )
         .map_err(invalid_request)?;
         if let Some(conn) = self.take_idle(&origin) {
@@ -210,19 +213,38 @@ impl Client {
         }
         let conn = self.connect(&origin)?;
         self.exchange(conn, &origin, &head, &body, &parts.method)
-            .map_err(|e| {
-                if e.kind() == io::ErrorKind::ConnectionAborted || is_no_response(&e) {
-                    Error::new(
-                        ErrorKind::Closed,
-                        io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            "server closed the connection without a response",
-                        ),
-                    )
-                } else {
-                    Error::from_exchange(e)
-                }
-            })
+            .map_err(fresh_connection_error)
+    }
+
+    /// A request whose body is a stream: on a fresh connection (the body
+    /// cannot be sent twice, so no stale pooled connection may take it),
+    /// chunked, pumped by a fiber of its own while this one reads the
+    /// response. The connection is not pooled afterwards.
+    fn request_streaming(
+        &self,
+        parts: http::request::Parts,
+        mut body: Body,
+        origin: &Origin,
+    ) -> Result<Response<Body>, Error> {
+        let head = encode_head(
+            &parts.method,
+            &parts.uri,
+            &parts.headers,
+            origin,
+            encode::RequestFraming::Chunked,
+        )
+        .map_err(invalid_request)?;
+        let stream = Arc::new(self.connect(origin)?);
+        let deadline = self.deadline();
+        self.send(&stream, &head, &[])
+            .map_err(fresh_connection_error)?;
+        let pump = stream.clone();
+        spindle::Builder::new()
+            .name("http-client-body")
+            .spawn(move || pump_chunked(&mut body, &pump))
+            .map_err(|e| Error::new(ErrorKind::Io, e))?;
+        self.read_response(Conn::Shared(stream), origin, &parts.method, deadline)
+            .map_err(fresh_connection_error)
     }
 
     /// A new connection to `origin`, TLS handshake done for `https`.
@@ -313,25 +335,46 @@ impl Client {
         body: &[u8],
         method: &Method,
     ) -> io::Result<Response<Body>> {
-        let conn = &stream;
-        let deadline = Deadline {
+        let deadline = self.deadline();
+        self.send(&stream, head, body)?;
+        self.read_response(Conn::Owned(stream), origin, method, deadline)
+    }
+
+    /// The deadline of an exchange starting now.
+    fn deadline(&self) -> Deadline {
+        Deadline {
             at: self.request_timeout.map(|t| Instant::now() + t),
             per_read: self.io_timeout,
-        };
+        }
+    }
+
+    /// Writes a request head and body; `ConnectionAborted` if the
+    /// connection was closed under them.
+    fn send(&self, conn: &Stream, head: &[u8], body: &[u8]) -> io::Result<()> {
         conn.set_write_timeout(Some(
             self.request_timeout
                 .map_or(self.io_timeout, |t| t.min(self.io_timeout)),
         ))?;
         let mut c = conn;
         let sent = c.write_all(head).and_then(|_| c.write_all(body));
-        if let Err(e) = sent {
-            return Err(match e.kind() {
-                io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => {
-                    io::Error::new(io::ErrorKind::ConnectionAborted, e)
-                }
-                _ => e,
-            });
-        }
+        sent.map_err(|e| match e.kind() {
+            io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => {
+                io::Error::new(io::ErrorKind::ConnectionAborted, e)
+            }
+            _ => e,
+        })
+    }
+
+    /// Reads the response head from `stream`; its body is read as the
+    /// caller reads it (a [`ResponseReader`]).
+    fn read_response(
+        &self,
+        stream: Conn,
+        origin: &Origin,
+        method: &Method,
+        deadline: Deadline,
+    ) -> io::Result<Response<Body>> {
+        let conn: &Stream = &stream;
         let mut buf: Vec<u8> = Vec::with_capacity(4096);
         let mut tmp = [0u8; 8192];
         loop {
@@ -377,7 +420,8 @@ impl Client {
                 BodyFraming::Empty => {
                     // Nothing to read: the connection is free now, unless
                     // bytes came that nobody asked for.
-                    if keep_alive && rest.is_empty() {
+                    if let (true, true, Conn::Owned(stream)) = (keep_alive, rest.is_empty(), stream)
+                    {
                         self.give_back(origin).put(stream);
                     }
                     let resp = builder
@@ -434,7 +478,7 @@ fn encode_head(
     uri: &Uri,
     headers: &http::HeaderMap,
     origin: &Origin,
-    body_len: usize,
+    framing: encode::RequestFraming,
 ) -> io::Result<Vec<u8>> {
     let mut out = Vec::with_capacity(256);
     let target = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
@@ -453,9 +497,69 @@ fn encode_head(
         target,
         authority.as_bytes(),
         headers,
-        body_len as u64,
+        framing,
     );
     Ok(out)
+}
+
+/// The error of an exchange on a fresh connection, closed under it.
+fn fresh_connection_error(e: io::Error) -> Error {
+    if e.kind() == io::ErrorKind::ConnectionAborted || is_no_response(&e) {
+        Error::new(
+            ErrorKind::Closed,
+            io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "server closed the connection without a response",
+            ),
+        )
+    } else {
+        Error::from_exchange(e)
+    }
+}
+
+/// On its own fiber: sends `body` on `conn` in chunks as it is read, then
+/// the last chunk. If the body fails, the request is cut off (our sending
+/// side shut down without the last chunk), so the server cannot take a
+/// part for the whole; if the connection fails, the reader of the
+/// response hears about it.
+fn pump_chunked(body: &mut Body, conn: &Stream) {
+    let mut data = vec![0u8; 16 * 1024];
+    let mut frame = Vec::with_capacity(data.len() + 16);
+    let mut c = conn;
+    loop {
+        let n = match body.read(&mut data) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(_) => {
+                let _ = conn.tcp().shutdown(std::net::Shutdown::Write);
+                return;
+            }
+        };
+        frame.clear();
+        encode::chunk(&mut frame, &data[..n]);
+        if c.write_all(&frame).is_err() {
+            return;
+        }
+    }
+    let _ = c.write_all(encode::LAST_CHUNK);
+}
+
+/// A response body's connection: its own (it may go back to the pool), or
+/// shared with the fiber still sending a streamed request body.
+enum Conn {
+    Owned(Stream),
+    Shared(Arc<Stream>),
+}
+
+impl std::ops::Deref for Conn {
+    type Target = Stream;
+
+    fn deref(&self) -> &Stream {
+        match self {
+            Conn::Owned(s) => s,
+            Conn::Shared(s) => s,
+        }
+    }
 }
 
 /// The server closed (or reset) the connection before any byte of a
@@ -554,7 +658,7 @@ enum Reading {
 /// [`Deadline`] allows, and the body may not grow past the client's limit.
 /// A failure is an `io::Error` holding the [`Error`] that says its kind.
 struct ResponseReader {
-    conn: Option<Stream>,
+    conn: Option<Conn>,
     /// Received bytes; `buf[pos..]` are not consumed yet.
     buf: Vec<u8>,
     pos: usize,
@@ -606,7 +710,9 @@ impl ResponseReader {
         self.reading = Reading::Done;
         let conn = self.conn.take();
         let clean = self.pos == self.buf.len();
-        if let (Some(conn), Some(give_back), true) = (conn, self.give_back.take(), clean) {
+        if let (Some(Conn::Owned(conn)), Some(give_back), true) =
+            (conn, self.give_back.take(), clean)
+        {
             give_back.put(conn);
         }
     }

@@ -7,9 +7,13 @@
 //! `send_request` is called inside the guest's `outgoing-handler.handle`,
 //! a host function with wasm frames below it — the host's first rule: no
 //! fiber switch there. It only checks the allow-list and spawns a new
-//! spindle fiber (spawning never switches) that collects the request body,
-//! sends it with [`spindle_http::Client`] (blocking style, so it parks
-//! that fiber on the netpoller), and answers through a oneshot channel.
+//! spindle fiber (spawning never switches) that sends the request with
+//! [`spindle_http::Client`] (blocking style, so it parks that fiber on the
+//! netpoller) and answers through a oneshot channel. The request body
+//! streams: the client pumps it from the guest on a fiber of its own while
+//! the response head is read, so a guest that waits for the answer before
+//! finishing its body is served (only a framing-less GET or HEAD is
+//! collected first: it has no body, and may take a pooled connection).
 //!
 //! wasmtime-wasi-http polls the future `send_request` returns on its own
 //! tokio runtime; tokio's whole share of an outgoing request is polling
@@ -166,12 +170,28 @@ fn send_on_fiber(
     request: http::Request<WasiBody>,
 ) -> Result<(http::response::Parts, spindle_http::Body), HttpError> {
     let (parts, body) = request.into_parts();
-    // The guest writes the body after `handle` returns: wait for all of it
-    // (parking this fiber, not the guest's).
-    let bytes = spindle::block_on(body.collect())
-        .map_err(|e| HttpError::InternalError(Some(format!("request body: {e}"))))?
-        .to_bytes();
-    let mut req = http::Request::from_parts(parts, spindle_http::Body::from(bytes));
+    let bodiless = (parts.method == http::Method::GET || parts.method == http::Method::HEAD)
+        && !parts.headers.contains_key(http::header::CONTENT_LENGTH)
+        && !parts.headers.contains_key(http::header::TRANSFER_ENCODING);
+    let body = if bodiless {
+        // A GET or HEAD without framing has no body: wait for the guest to
+        // finish it (parking this fiber, not the guest's), and the request
+        // can go out on a pooled connection.
+        let bytes = spindle::block_on(body.collect())
+            .map_err(|e| HttpError::InternalError(Some(format!("request body: {e}"))))?
+            .to_bytes();
+        spindle_http::Body::from(bytes)
+    } else {
+        // Anything else streams: the guest may send the head, wait for the
+        // response's head and only then write its body (an echo of the
+        // answer back upstream); collecting the body first would wait for
+        // that forever.
+        spindle_http::Body::from_reader(GuestRequestBody {
+            body,
+            pending: Bytes::new(),
+        })
+    };
+    let mut req = http::Request::from_parts(parts, body);
     // wasmtime-wasi-http set `host` from the authority; ours comes from the
     // URI too, so keep one.
     req.headers_mut().remove(http::header::HOST);
@@ -250,5 +270,40 @@ fn io_error_code(e: spindle_http::Error) -> HttpError {
         ErrorKind::BodyTooLarge => HttpError::HttpResponseBodySize(None),
         ErrorKind::InvalidRequest => HttpError::HttpRequestUriInvalid,
         _ => HttpError::InternalError(Some(e.to_string())),
+    }
+}
+
+/// The guest's outgoing request body, read in blocking style on the
+/// client's body fiber: each read waits (parking that fiber) for the next
+/// frame the guest writes.
+struct GuestRequestBody {
+    body: WasiBody,
+    pending: Bytes,
+}
+
+impl std::io::Read for GuestRequestBody {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        use bytes::Buf as _;
+        use http_body::Body as _;
+        while self.pending.is_empty() {
+            let body = &mut self.body;
+            let frame = spindle::block_on(std::future::poll_fn(|cx| {
+                std::pin::Pin::new(&mut *body).poll_frame(cx)
+            }));
+            match frame {
+                None => return Ok(0),
+                Some(Ok(frame)) => {
+                    // Trailers carry no data: read on.
+                    if let Ok(data) = frame.into_data() {
+                        self.pending = data;
+                    }
+                }
+                Some(Err(e)) => return Err(std::io::Error::other(format!("request body: {e:?}"))),
+            }
+        }
+        let n = self.pending.len().min(out.len());
+        out[..n].copy_from_slice(&self.pending[..n]);
+        self.pending.advance(n);
+        Ok(n)
     }
 }

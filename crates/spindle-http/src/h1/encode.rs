@@ -66,17 +66,26 @@ pub(crate) fn response_head(
     out.extend_from_slice(b"\r\n");
 }
 
+/// How a request's body is delimited on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RequestFraming {
+    /// `Content-Length: n` (left out for an empty GET or HEAD).
+    Length(u64),
+    /// `Transfer-Encoding: chunked`: a body streamed as it is produced.
+    Chunked,
+}
+
 /// Writes a request head: request line, `Host` (from `host` unless the
-/// fields have one), the caller's fields (without framing ones), a
-/// `Content-Length` of `body_len` when there is a body or the method
-/// expects one, and the blank line.
+/// fields have one), the caller's fields (without framing ones), the
+/// framing — a `Content-Length` when there is a body or the method expects
+/// one, or `Transfer-Encoding: chunked` — and the blank line.
 pub(crate) fn request_head(
     out: &mut Vec<u8>,
     method: &Method,
     target: &str,
     host: &[u8],
     headers: &HeaderMap,
-    body_len: u64,
+    framing: RequestFraming,
 ) {
     out.extend_from_slice(method.as_str().as_bytes());
     out.push(b' ');
@@ -91,8 +100,14 @@ pub(crate) fn request_head(
         }
         field(out, name.as_str().as_bytes(), value.as_bytes());
     }
-    if body_len > 0 || !(method == Method::GET || method == Method::HEAD) {
-        content_length(out, body_len);
+    match framing {
+        RequestFraming::Length(n)
+            if n > 0 || !(method == Method::GET || method == Method::HEAD) =>
+        {
+            content_length(out, n)
+        }
+        RequestFraming::Length(_) => {}
+        RequestFraming::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
     }
     out.extend_from_slice(b"\r\n");
 }
@@ -230,17 +245,38 @@ mod tests {
             "/a?b",
             b"example.com:8080",
             &HeaderMap::new(),
-            0,
+            RequestFraming::Length(0),
         );
         assert_eq!(out, b"GET /a?b HTTP/1.1\r\nhost: example.com:8080\r\n\r\n");
         let mut out = Vec::new();
         let mut map = HeaderMap::new();
         map.insert(header::HOST, HeaderValue::from_static("given"));
         map.insert(header::CONTENT_LENGTH, HeaderValue::from_static("1"));
-        request_head(&mut out, &Method::POST, "/", b"ignored", &map, 0);
+        request_head(
+            &mut out,
+            &Method::POST,
+            "/",
+            b"ignored",
+            &map,
+            RequestFraming::Length(0),
+        );
         assert_eq!(
             out,
             b"POST / HTTP/1.1\r\nhost: given\r\ncontent-length: 0\r\n\r\n"
+        );
+        // A streamed body: chunked, whatever length the caller claimed.
+        let mut out = Vec::new();
+        request_head(
+            &mut out,
+            &Method::PUT,
+            "/u",
+            b"h",
+            &map,
+            RequestFraming::Chunked,
+        );
+        assert_eq!(
+            out,
+            b"PUT /u HTTP/1.1\r\nhost: given\r\ntransfer-encoding: chunked\r\n\r\n"
         );
     }
 
