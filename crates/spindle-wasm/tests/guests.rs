@@ -466,3 +466,37 @@ fn the_observer_hears_how_each_request_ended_and_where_its_time_went() {
         .expect("a Busy report");
     assert!(b.queue_wait >= Duration::from_millis(90), "{b:?}");
 }
+
+#[test]
+fn a_guest_that_writes_its_outgoing_body_after_the_response_head_is_served() {
+    // An upstream that answers at once and echoes the body as it arrives.
+    let upstream_rt = Runtime::builder().workers(1).build().unwrap();
+    let upstream = upstream_rt.run(|| {
+        let server = spindle_http::Server::bind("127.0.0.1:0").unwrap();
+        let addr = server.local_addr().unwrap();
+        spindle::spawn(move || {
+            server.serve(|req| {
+                spindle_http::Response::new(spindle_http::Body::from_reader(req.into_body()))
+            })
+        });
+        addr
+    });
+    let config = config()
+        .max_concurrent(8)
+        .timeout(Duration::from_secs(20))
+        .allow_outbound(&format!("127.0.0.1:{}", upstream.port()))
+        .unwrap();
+    let (_rt, addr) = serve("relay", 1, config);
+    let started = Instant::now();
+    let (status, body) = get(
+        addr,
+        &format!("/?to=http://127.0.0.1:{}/echo", upstream.port()),
+        "",
+    );
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "relayed: ping after the head"),
+        "(the deadlock this catches ends at the 20 s deadline)"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
