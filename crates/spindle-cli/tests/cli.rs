@@ -2,19 +2,12 @@
 //! drain, `run` of a command guest making an outgoing request, `--help`.
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-const SPINDLE: &str = env!("CARGO_BIN_EXE_spindle");
+mod common;
 
-fn guest(name: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../guests/wasm")
-        .join(format!("{name}.wasm"))
-        .to_string_lossy()
-        .into_owned()
-}
+use common::{guest, SPINDLE};
 
 /// A one-worker spindle-http upstream answering `upstream saw PATH`.
 fn upstream() -> (spindle::Runtime, std::net::SocketAddr) {

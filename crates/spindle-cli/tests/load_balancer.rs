@@ -10,7 +10,9 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const SPINDLE: &str = env!("CARGO_BIN_EXE_spindle");
+mod common;
+
+use common::{python, spindle};
 
 /// A port nothing listens on now (bound, then released).
 fn free_port() -> u16 {
@@ -28,15 +30,11 @@ struct Backend {
 
 impl Backend {
     fn start(port: u16, admin: u16, shutdown_delay: &str) -> Backend {
-        let mut child = Command::new(SPINDLE)
+        let mut child = spindle()
             .args(["serve", "--workers", "1", "--drain-timeout", "5"])
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(["--admin", &format!("127.0.0.1:{admin}")])
             .args(["--shutdown-delay", shutdown_delay])
-            .env(
-                "XDG_CACHE_HOME",
-                std::env::temp_dir().join("spindle-cli-test-cache"),
-            )
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -66,16 +64,7 @@ print(int(n))
 "#,
             self.admin
         );
-        let out = Command::new("python3")
-            .args(["-c", &script])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+        python(&script).trim().parse().unwrap()
     }
 }
 

@@ -9,15 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const SPINDLE: &str = env!("CARGO_BIN_EXE_spindle");
+mod common;
 
-fn guest(name: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../guests/wasm")
-        .join(format!("{name}.wasm"))
-        .to_string_lossy()
-        .into_owned()
-}
+use common::{guest, python, spindle};
 
 /// A fresh directory under the system's temporary one.
 fn temp_dir(tag: &str) -> PathBuf {
@@ -25,21 +19,6 @@ fn temp_dir(tag: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
-}
-
-fn spindle() -> Command {
-    let mut c = Command::new(SPINDLE);
-    c.env(
-        "XDG_CACHE_HOME",
-        std::env::temp_dir().join("spindle-cli-test-cache"),
-    );
-    // Nothing from the test runner's environment.
-    for (k, _) in std::env::vars() {
-        if k.starts_with("SPINDLE_") {
-            c.env_remove(k);
-        }
-    }
-    c
 }
 
 /// A running `spindle serve`: the child and the URLs it printed.
@@ -125,19 +104,6 @@ fn curl(url: &str, extra: &[&str]) -> (u16, String) {
         .rsplit_once('\n')
         .unwrap_or_else(|| panic!("curl: {}", String::from_utf8_lossy(&out.stderr)));
     (code.parse().unwrap_or(0), body.to_string())
-}
-
-fn python(script: &str) -> String {
-    let out = Command::new("python3")
-        .args(["-c", script])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "python: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
