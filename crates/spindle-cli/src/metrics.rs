@@ -214,11 +214,16 @@ impl Metrics {
     /// The observer a component's host reports to.
     pub fn observer(self: &Arc<Self>, component: &str) -> Arc<dyn spindle_wasm::Observer> {
         let l = labels(&[("component", component)]);
+        let outcomes = OUTCOMES.map(|o| {
+            let l = labels(&[("component", component), ("outcome", o.as_str())]);
+            (o, self.outcomes.get_or_create(&l).clone())
+        });
         Arc::new(ComponentObserver {
             queue: self.queue.get_or_create(&l).clone(),
             instantiate: self.instantiate.get_or_create(&l).clone(),
             handle: self.handle.get_or_create(&l).clone(),
             rejected: self.rejected.get_or_create(&l).clone(),
+            outcomes,
             metrics: self.clone(),
             component: component.to_string(),
         })
@@ -250,7 +255,23 @@ impl Metrics {
     }
 }
 
-/// One component's host observer: its histograms and outcome counters.
+/// Every outcome, for counters made at startup.
+const OUTCOMES: [spindle_wasm::Outcome; 8] = {
+    use spindle_wasm::Outcome::*;
+    [
+        Answered,
+        Busy,
+        BadRequest,
+        Trap,
+        FuelExhausted,
+        Deadline,
+        MemoryLimit,
+        Failed,
+    ]
+};
+
+/// One component's host observer: its histograms and outcome counters
+/// (made at startup: a report costs no label allocation or lookup).
 struct ComponentObserver {
     metrics: Arc<Metrics>,
     component: String,
@@ -258,6 +279,7 @@ struct ComponentObserver {
     instantiate: Histogram,
     handle: Histogram,
     rejected: Counter,
+    outcomes: [(spindle_wasm::Outcome, Counter); 8],
 }
 
 impl spindle_wasm::Observer for ComponentObserver {
@@ -269,13 +291,21 @@ impl spindle_wasm::Observer for ComponentObserver {
         } else {
             self.rejected.inc();
         }
-        self.metrics
-            .outcomes
-            .get_or_create(&labels(&[
-                ("component", &self.component),
-                ("outcome", r.outcome.as_str()),
-            ]))
-            .inc();
+        match self.outcomes.iter().find(|(o, _)| *o == r.outcome) {
+            Some((_, counter)) => {
+                counter.inc();
+            }
+            // An outcome added to spindle-wasm after this list.
+            None => {
+                self.metrics
+                    .outcomes
+                    .get_or_create(&labels(&[
+                        ("component", &self.component),
+                        ("outcome", r.outcome.as_str()),
+                    ]))
+                    .inc();
+            }
+        }
     }
 }
 

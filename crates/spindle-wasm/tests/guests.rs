@@ -243,29 +243,36 @@ fn memory_bomb_trap_and_no_response_are_500_for_that_request_only() {
     assert_eq!(get(addr3, "/", "").0, 500);
 }
 
-#[test]
-fn fetch_goes_out_through_the_allow_list() {
-    // A local upstream on spindle-http.
-    let upstream_rt = Runtime::builder().workers(1).build().unwrap();
-    let upstream = upstream_rt.run(|| {
+/// A local upstream on spindle-http (one worker of its own).
+fn upstream(
+    handler: fn(
+        spindle_http::Request<spindle_http::Body>,
+    ) -> spindle_http::Response<spindle_http::Body>,
+) -> (Runtime, SocketAddr) {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let addr = rt.run(move || {
         let server = spindle_http::Server::bind("127.0.0.1:0").unwrap();
         let addr = server.local_addr().unwrap();
-        spindle::spawn(move || {
-            server.serve(|req| {
-                if req.uri().path() == "/big" {
-                    // Several of the host's chunks, streamed from a reader.
-                    let big = vec![b'z'; 300_000];
-                    return spindle_http::Response::new(spindle_http::Body::from_reader(
-                        std::io::Cursor::new(big),
-                    ));
-                }
-                spindle_http::Response::new(spindle_http::Body::from(format!(
-                    "upstream saw {}",
-                    req.uri().path()
-                )))
-            })
-        });
+        spindle::spawn(move || server.serve(handler));
         addr
+    });
+    (rt, addr)
+}
+
+#[test]
+fn fetch_goes_out_through_the_allow_list() {
+    let (_upstream_rt, upstream) = upstream(|req| {
+        if req.uri().path() == "/big" {
+            // Several of the host's chunks, streamed from a reader.
+            let big = vec![b'z'; 300_000];
+            return spindle_http::Response::new(spindle_http::Body::from_reader(
+                std::io::Cursor::new(big),
+            ));
+        }
+        spindle_http::Response::new(spindle_http::Body::from(format!(
+            "upstream saw {}",
+            req.uri().path()
+        )))
     });
     // A port nobody listens on.
     let refused = std::net::TcpListener::bind("127.0.0.1:0")
@@ -470,16 +477,8 @@ fn the_observer_hears_how_each_request_ended_and_where_its_time_went() {
 #[test]
 fn a_guest_that_writes_its_outgoing_body_after_the_response_head_is_served() {
     // An upstream that answers at once and echoes the body as it arrives.
-    let upstream_rt = Runtime::builder().workers(1).build().unwrap();
-    let upstream = upstream_rt.run(|| {
-        let server = spindle_http::Server::bind("127.0.0.1:0").unwrap();
-        let addr = server.local_addr().unwrap();
-        spindle::spawn(move || {
-            server.serve(|req| {
-                spindle_http::Response::new(spindle_http::Body::from_reader(req.into_body()))
-            })
-        });
-        addr
+    let (_upstream_rt, upstream) = upstream(|req| {
+        spindle_http::Response::new(spindle_http::Body::from_reader(req.into_body()))
     });
     let config = config()
         .max_concurrent(8)
