@@ -28,9 +28,9 @@ use crate::host::{engine, linker, GuestState};
 /// ```
 pub fn run_command(wasm: &[u8], args: &[String], config: HostConfig) -> wasmtime::Result<i32> {
     let config = config.max_concurrent(1);
-    let engine = engine(&config)?;
+    let engine = engine(&config, crate::World::Proxy)?;
     let component = Component::new(&engine, wasm)?;
-    let pre = CommandPre::new(linker(&engine)?.instantiate_pre(&component)?)?;
+    let pre = CommandPre::new(linker(&engine, crate::World::Proxy)?.instantiate_pre(&component)?)?;
     let tag: Arc<str> = Arc::from(args.first().map(String::as_str).unwrap_or("command"));
     let mut wasi = WasiCtx::builder();
     wasi.inherit_stdio().envs(&config.env).args(args);

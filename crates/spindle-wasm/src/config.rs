@@ -30,6 +30,10 @@ pub struct HostConfig {
     pub(crate) env: Vec<(String, String)>,
     pub(crate) cache_dir: Option<PathBuf>,
     pub(crate) observer: ObserverSlot,
+    /// `None`: the world's default (see `instance_reuse`).
+    pub(crate) instance_reuse: Option<usize>,
+    pub(crate) instance_concurrency: usize,
+    pub(crate) instance_idle_timeout: Duration,
 }
 
 /// The optional observer (a newtype so the config stays `Debug`).
@@ -51,7 +55,9 @@ impl Default for HostConfig {
     /// fuel yield every 1 000 000 units, a budget of 1 000 000 000 fuel and
     /// 30 s per request, 128 MiB of memory per instance, no outbound host,
     /// compiled code cached under `$XDG_CACHE_HOME/spindle` (or
-    /// `~/.cache/spindle`).
+    /// `~/.cache/spindle`); a WASI 0.3 instance serves up to 128 requests,
+    /// 16 at once, and is dropped after 1 s idle (`wasmtime serve`'s
+    /// defaults), a WASI 0.2 instance serves one.
     fn default() -> Self {
         HostConfig {
             max_concurrent: 1000,
@@ -65,9 +71,17 @@ impl Default for HostConfig {
             env: Vec::new(),
             cache_dir: default_cache_dir(),
             observer: ObserverSlot::default(),
+            instance_reuse: None,
+            instance_concurrency: DEFAULT_INSTANCE_CONCURRENCY,
+            instance_idle_timeout: Duration::from_secs(1),
         }
     }
 }
+
+/// How many requests a WASI 0.3 instance serves in all, and at once, unless
+/// told otherwise: `wasmtime serve`'s defaults.
+pub(crate) const DEFAULT_INSTANCE_REUSE: usize = 128;
+const DEFAULT_INSTANCE_CONCURRENCY: usize = 16;
 
 fn default_cache_dir() -> Option<PathBuf> {
     let base = std::env::var_os("XDG_CACHE_HOME")
@@ -143,6 +157,41 @@ impl HostConfig {
     /// Where compiled code is cached (`None`: compile every time).
     pub fn cache_dir(mut self, dir: Option<PathBuf>) -> Self {
         self.cache_dir = dir;
+        self
+    }
+
+    /// One instance serves at most `n` requests in all, then is dropped
+    /// once they are done (1: a fresh instance per request). For a WASI 0.3
+    /// component the default is 128; a WASI 0.2 component runs one request
+    /// at a time, so more than 1 reuses its instance *sequentially* (its
+    /// default is 1: globals never carry from one request to the next).
+    ///
+    /// ```
+    /// let config = spindle_wasm::HostConfig::default().instance_reuse(1);
+    /// assert_eq!(config.instance_reuse_limit(), Some(1));
+    /// ```
+    pub fn instance_reuse(mut self, n: usize) -> Self {
+        self.instance_reuse = Some(n.max(1));
+        self
+    }
+
+    /// The limit set by [`instance_reuse`](Self::instance_reuse), if one
+    /// was set (`None`: the world's default).
+    pub fn instance_reuse_limit(&self) -> Option<usize> {
+        self.instance_reuse
+    }
+
+    /// A WASI 0.3 instance serves at most `n` requests at once (1: one at
+    /// a time, for guests that break when interleaved). It takes on
+    /// another only while its current ones wait, never while one computes.
+    pub fn instance_concurrency(mut self, n: usize) -> Self {
+        self.instance_concurrency = n.max(1);
+        self
+    }
+
+    /// An instance with no request for `t` is dropped.
+    pub fn instance_idle_timeout(mut self, t: Duration) -> Self {
+        self.instance_idle_timeout = t;
         self
     }
 }

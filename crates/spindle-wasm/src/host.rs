@@ -10,6 +10,10 @@
 //! wasmtime's cache, keyed by the component's hash and the engine's
 //! configuration.
 //!
+//! A WASI 0.2 component and a WASI 0.3 one get different engines (see
+//! `world`): only the latter turns on the component model's concurrency
+//! support, which would otherwise slow every WASI 0.2 call down.
+//!
 //! # Admission
 //!
 //! At most `max_concurrent` guest requests run at once (the pool could not
@@ -24,10 +28,12 @@ use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::p2::bindings::ProxyPre;
+use wasmtime_wasi_http::p3::bindings::ServicePre;
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::config::HostConfig;
 use crate::outbound::OutboundHooks;
+use crate::world::World;
 
 /// What a guest's store holds.
 pub(crate) struct GuestState {
@@ -84,8 +90,9 @@ impl WasiHttpView for GuestState {
     }
 }
 
-/// A WebAssembly HTTP host: a compiled `wasi:http/proxy` component, ready
-/// to be instantiated once per request.
+/// A WebAssembly HTTP host: a compiled `wasi:http/proxy` (WASI 0.2) or
+/// `wasi:http/service` (WASI 0.3) component, ready to serve requests — a
+/// 0.2 instance one at a time, a 0.3 instance several at once.
 ///
 /// ```no_run
 /// use spindle_wasm::{Host, HostConfig};
@@ -103,7 +110,7 @@ pub struct Host {
 
 pub(crate) struct HostInner {
     pub(crate) config: HostConfig,
-    pub(crate) pre: ProxyPre<GuestState>,
+    pub(crate) pre: Pre,
     pub(crate) client: spindle_http::Client,
     /// Requests running in a guest now.
     pub(crate) running: AtomicUsize,
@@ -113,13 +120,33 @@ pub(crate) struct HostInner {
     pub(crate) next_id: AtomicU64,
     /// Guest stores alive now (one instance each).
     pub(crate) instances: Arc<AtomicUsize>,
+    /// Guest stores made so far.
+    pub(crate) instances_made: Arc<AtomicU64>,
+    /// Where WASI 0.3 requests wait for an instance.
+    pub(crate) pool: crate::service::Pool,
+}
+
+/// The pre-linked component, by world.
+pub(crate) enum Pre {
+    Proxy(ProxyPre<GuestState>),
+    Service(ServicePre<GuestState>),
+}
+
+impl Pre {
+    pub(crate) fn engine(&self) -> &Engine {
+        match self {
+            Pre::Proxy(p) => p.engine(),
+            Pre::Service(p) => p.engine(),
+        }
+    }
 }
 
 /// One live guest store, counted in `HostInner::instances`.
 pub(crate) struct LiveInstance(Arc<AtomicUsize>);
 
 impl LiveInstance {
-    pub(crate) fn new(count: &Arc<AtomicUsize>) -> LiveInstance {
+    pub(crate) fn new(count: &Arc<AtomicUsize>, made: &AtomicU64) -> LiveInstance {
+        made.fetch_add(1, Ordering::Relaxed);
         count.fetch_add(1, Ordering::Relaxed);
         LiveInstance(count.clone())
     }
@@ -132,12 +159,18 @@ impl Drop for LiveInstance {
 }
 
 /// Builds the engine every guest of a host runs on.
-pub(crate) fn engine(config: &HostConfig) -> wasmtime::Result<Engine> {
+pub(crate) fn engine(config: &HostConfig, world: World) -> wasmtime::Result<Engine> {
     // wasmtime chains its own SIGSEGV handler to the one installed first:
     // ours, which names a fiber whose stack overflowed.
     spindle::install_overflow_handler();
     let mut c = wasmtime::Config::new();
     c.consume_fuel(true);
+    match world {
+        // Without it a store skips the concurrent event loop's state, and
+        // a WASI 0.2 call costs what it did before WASI 0.3 was built in.
+        World::Proxy => c.concurrency_support(false),
+        World::Service => c.wasm_component_model_async(true),
+    };
     let n = u32::try_from(config.max_concurrent).unwrap_or(u32::MAX);
     let mut pool = PoolingAllocationConfig::new();
     pool.total_component_instances(n)
@@ -160,21 +193,34 @@ pub(crate) fn engine(config: &HostConfig) -> wasmtime::Result<Engine> {
     Engine::new(&c)
 }
 
-/// The WASI 0.2 imports a Rust-std guest needs, plus `wasi:http`.
-pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<GuestState>> {
+/// The WASI 0.2 imports a Rust-std guest needs, plus `wasi:http`; for a
+/// WASI 0.3 component, WASI 0.3 and its `wasi:http` too (a guest built
+/// with the `wasip3` crate still imports WASI 0.2's `wasi:cli` through Rust's
+/// std), with its clock waits on spindle's timers (see `clocks`).
+pub(crate) fn linker(engine: &Engine, world: World) -> wasmtime::Result<Linker<GuestState>> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    if world == World::Service {
+        wasmtime_wasi::p3::add_to_linker(&mut linker)?;
+        wasmtime_wasi_http::p3::add_to_linker(&mut linker)?;
+        crate::clocks::add_to_linker(&mut linker)?;
+    }
     Ok(linker)
 }
 
 impl Host {
-    /// Compiles (or loads from the cache) the component in `wasm` — binary
-    /// or text — and links it against WASI 0.2 and `wasi:http`.
+    /// Compiles (or loads from the cache) the component in `wasm` and links
+    /// it against its WASI version and `wasi:http` (see [`World`]).
     pub fn new(wasm: &[u8], config: HostConfig) -> wasmtime::Result<Host> {
-        let engine = engine(&config)?;
+        let world = World::of(wasm);
+        let engine = engine(&config, world)?;
         let component = Component::new(&engine, wasm)?;
-        let pre = ProxyPre::new(linker(&engine)?.instantiate_pre(&component)?)?;
+        let linked = linker(&engine, world)?.instantiate_pre(&component)?;
+        let pre = match world {
+            World::Proxy => Pre::Proxy(ProxyPre::new(linked)?),
+            World::Service => Pre::Service(ServicePre::new(linked)?),
+        };
         let slots = spindle::sync::Semaphore::new(config.max_concurrent);
         Ok(Host {
             inner: Arc::new(HostInner {
@@ -184,6 +230,8 @@ impl Host {
                 slots,
                 next_id: AtomicU64::new(1),
                 instances: Arc::default(),
+                instances_made: Arc::default(),
+                pool: crate::service::Pool::default(),
                 pre,
                 config,
             }),
@@ -210,13 +258,31 @@ impl Host {
         self.inner.instances.load(Ordering::Relaxed)
     }
 
-    /// Answers one HTTP request by running the guest on the calling fiber
-    /// (see the `proxy` module). Meant as a spindle-http handler.
+    /// Guest instances made since the host was built.
+    pub fn instances_made(&self) -> u64 {
+        self.inner.instances_made.load(Ordering::Relaxed)
+    }
+
+    /// The world the component serves.
+    pub fn world(&self) -> World {
+        match self.inner.pre {
+            Pre::Proxy(_) => World::Proxy,
+            Pre::Service(_) => World::Service,
+        }
+    }
+
+    /// Answers one HTTP request: a WASI 0.2 guest runs on the calling
+    /// fiber (see the `proxy` module), a WASI 0.3 request is handed to an
+    /// instance's fiber while the calling fiber parks on the answer (see
+    /// the `service` module). Meant as a spindle-http handler.
     pub fn handle(
         &self,
         req: spindle_http::Request<spindle_http::Body>,
     ) -> spindle_http::Response<spindle_http::Body> {
-        crate::proxy::handle(&self.inner, req)
+        match self.inner.pre {
+            Pre::Proxy(_) => crate::proxy::handle(&self.inner, req),
+            Pre::Service(_) => crate::service::handle(&self.inner, req),
+        }
     }
 }
 

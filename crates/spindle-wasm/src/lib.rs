@@ -26,6 +26,7 @@
 //! | `log` | guest stdout/stderr into the host's log, prefixed by request |
 //! | `config` | [`HostConfig`]: caps, fuel, memory, deadline, grants |
 
+mod clocks;
 mod command;
 mod config;
 mod host;
@@ -33,6 +34,8 @@ mod log;
 mod outbound;
 mod proxy;
 mod report;
+mod service;
+mod world;
 
 pub use command::run_command;
 pub use config::HostConfig;
@@ -41,6 +44,7 @@ pub use outbound::AllowList;
 pub use report::{Observer, Outcome, RequestReport};
 /// A guest's trap, as in a [`run_command`] error (`error.downcast_ref::<Trap>()`).
 pub use wasmtime::Trap;
+pub use world::World;
 
 /// The built-in `Hello, World!` component (`guests/hello`), served by
 /// `spindle serve` when no application is given.

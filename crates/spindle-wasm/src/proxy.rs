@@ -81,9 +81,13 @@ pub(crate) fn new_store(host: &HostInner, tag: Arc<str>, args: &[String]) -> Sto
     wasi.stdout(GuestLog::new(tag.clone(), "stdout"))
         .stderr(GuestLog::new(tag.clone(), "stderr"))
         .envs(&config.env)
-        .args(args);
+        .args(args)
+        .monotonic_clock(crate::clocks::SpindleClock);
     let mut state = GuestState::new(config, wasi.build(), host.client.clone(), tag);
-    state._live = Some(crate::host::LiveInstance::new(&host.instances));
+    state._live = Some(crate::host::LiveInstance::new(
+        &host.instances,
+        &host.instances_made,
+    ));
     let mut store = Store::new(host.pre.engine(), state);
     store.limiter(|s| &mut s.limits);
     // Fuel is on in every engine we build, so these cannot fail.
@@ -92,7 +96,7 @@ pub(crate) fn new_store(host: &HostInner, tag: Arc<str>, args: &[String]) -> Sto
     store
 }
 
-fn plain(status: StatusCode, text: &str) -> Response<Body> {
+pub(crate) fn plain(status: StatusCode, text: &str) -> Response<Body> {
     let mut r = Response::new(Body::from(format!("{text}\n")));
     *r.status_mut() = status;
     r.headers_mut().insert(
@@ -159,7 +163,10 @@ pub(crate) fn handle(host: &Arc<HostInner>, req: Request<Body>) -> Response<Body
             return plain(StatusCode::BAD_REQUEST, "bad request");
         }
     };
-    let pre = host.pre.clone();
+    let crate::host::Pre::Proxy(pre) = &host.pre else {
+        unreachable!("a WASI 0.3 request goes to the service module")
+    };
+    let pre = pre.clone();
     let started = Instant::now();
     let instantiated = Arc::new(std::sync::OnceLock::new());
     let mark = instantiated.clone();
@@ -225,7 +232,7 @@ pub(crate) fn handle(host: &Arc<HostInner>, req: Request<Body>) -> Response<Body
 
 /// The request body as the guest sees it: nothing, or a channel that a
 /// pump fiber fills from the connection.
-fn request_body(body: Body) -> wasmtime_wasi_http::p2::body::HyperIncomingBody {
+pub(crate) fn request_body(body: Body) -> wasmtime_wasi_http::p2::body::HyperIncomingBody {
     if body.as_bytes().is_some_and(<[u8]>::is_empty) {
         return Empty::<Bytes>::new()
             .map_err(|never| match never {})

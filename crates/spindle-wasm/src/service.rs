@@ -1,0 +1,692 @@
+//! WASI 0.3 `wasi:http/service`: one instance serving many requests at
+//! once, on spindle's fibers.
+//!
+//! # The shape
+//!
+//! ```text
+//!  request fiber                     Pool                 instance fiber
+//!  ─────────────                     ────                 ──────────────
+//!  admission ─ Job ─▶ submit ─▶ queue (or a new instance) ─▶ takes the job
+//!  parks on reply ◀──────── response head ─────────────── handle() task
+//!  reads the body ◀───────── body stream ──────────────── guest writes it
+//! ```
+//!
+//! An *instance fiber* owns one store and drives its `run_concurrent` event
+//! loop with `spindle::block_on`. Inside the loop each accepted request is
+//! a concurrent call of the guest's `handle`; the loop parks the fiber
+//! whenever every task waits (on a clock, a stream, an outgoing request),
+//! and whoever completes the wait wakes it. A request fiber hands its
+//! request over as a [`Job`] and parks on the reply; the response body is
+//! a channel the instance's loop fills, so the request fiber streams it to
+//! its connection while the instance goes on with the others.
+//!
+//! # When an instance takes a request
+//!
+//! An instance is *available* while all of these hold: it has served fewer
+//! than `instance_reuse` requests, it has fewer than `instance_concurrency`
+//! in flight, the guest is ready for another concurrent call
+//! (`poll_ready_for_concurrent_call`: the guest's own backpressure), no
+//! request of it has passed its deadline and — unless it has none in
+//! flight — its last poll ended with every task waiting rather than with
+//! the guest computing (a fuel yield wakes its own waker; see
+//! [`YieldWatch`]). A computing instance takes no more work, so a burst of
+//! CPU-bound requests spreads over instances, each yielding its worker at
+//! every fuel interval. [`Pool::submit`] gives a job to a waiting available
+//! instance, or starts a new instance with it when none is available; the
+//! `max_concurrent` admission ahead of the pool bounds how many can exist.
+//!
+//! # Deadlines, traps, fuel
+//!
+//! wasmtime cannot cancel one guest task, and a deadline future inside the
+//! event loop is not polled while a task holds the store. So the request
+//! fiber waits for its reply with its own deadline and answers 500 when it
+//! passes; the instance, polled from outside its loop, knows the latest
+//! deadline of its requests in flight and drops itself once that is past
+//! (every request in it has been answered by then). A request that expired
+//! inside the loop stops the instance taking more; it ends when its other
+//! requests are done. A trap ends the instance: its requests get 500 and
+//! the next ones go to a new instance. Fuel is per store in wasmtime, so
+//! the budget is per instance: every request it accepts adds `fuel_limit`
+//! to its tank, and running dry is a trap like any other.
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::future::Future;
+use std::io::{self, Read};
+use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes, BytesMut};
+use futures::channel::oneshot;
+use futures::stream::{FuturesUnordered, StreamExt};
+use http_body::Body as _;
+use spindle_http::{Body, Request, Response, StatusCode};
+use wasmtime::component::Accessor;
+use wasmtime::AsContextMut;
+use wasmtime_wasi_http::handler::{ExpirationError, Prepared, Proxy};
+use wasmtime_wasi_http::{WasiBody, WasiHttpView};
+
+use crate::host::{Admission, GuestState, HostInner, Pre};
+use crate::report::{Outcome, RequestReport};
+
+/// A guest's answer, or why there is none.
+type Reply = Result<http::Response<WasiBody>, wasmtime::Error>;
+
+/// One request on its way to an instance.
+pub(crate) struct Job {
+    request: http::Request<WasiBody>,
+    reply: oneshot::Sender<Reply>,
+    deadline: Instant,
+    /// Set by the instance that takes the job: it was made for this job.
+    fresh_instance: Arc<AtomicBool>,
+}
+
+/// Where requests wait for an instance, and which instances wait for one.
+#[derive(Default)]
+pub(crate) struct Pool {
+    state: Mutex<PoolState>,
+    next_instance: AtomicU64,
+}
+
+#[derive(Default)]
+struct PoolState {
+    jobs: VecDeque<Job>,
+    /// Instances that would take a job now.
+    available: usize,
+    /// The wakers of available instances parked until a job comes.
+    parked: Vec<(u64, Waker)>,
+}
+
+impl Pool {
+    fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
+        // Nothing panics while holding the lock; a poisoned lock still
+        // holds consistent state.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Hands `job` to an available instance, or to a new one if none is.
+    fn submit(host: &Arc<HostInner>, job: Job) {
+        let mut state = host.pool.lock();
+        if state.available == 0 {
+            drop(state);
+            start_instance(host, job);
+            return;
+        }
+        state.jobs.push_back(job);
+        let parked = state.parked.pop();
+        drop(state);
+        if let Some((_, waker)) = parked {
+            waker.wake();
+        }
+    }
+
+    /// Records whether instance `id` would take a job now. The last
+    /// available instance to become unavailable while jobs wait starts an
+    /// instance for the first of them (otherwise `submit`, which saw it
+    /// available, left the job to it).
+    fn set_available(host: &Arc<HostInner>, id: u64, available: &mut bool, now: bool) {
+        if *available == now {
+            return;
+        }
+        *available = now;
+        let mut state = host.pool.lock();
+        if now {
+            state.available += 1;
+            return;
+        }
+        state.available -= 1;
+        state.parked.retain(|(i, _)| *i != id);
+        if state.available == 0 {
+            if let Some(job) = state.jobs.pop_front() {
+                drop(state);
+                start_instance(host, job);
+            }
+        }
+    }
+
+    /// A waiting job for available instance `id`, or its waker parked
+    /// until one comes.
+    fn poll_job(&self, id: u64, cx: &mut Context<'_>) -> Poll<Job> {
+        let mut state = self.lock();
+        if let Some(job) = state.jobs.pop_front() {
+            state.parked.retain(|(i, _)| *i != id);
+            return Poll::Ready(job);
+        }
+        match state.parked.iter_mut().find(|(i, _)| *i == id) {
+            Some((_, w)) => w.clone_from(cx.waker()),
+            None => state.parked.push((id, cx.waker().clone())),
+        }
+        Poll::Pending
+    }
+}
+
+fn start_instance(host: &Arc<HostInner>, job: Job) {
+    let id = host.pool.next_instance.fetch_add(1, Ordering::Relaxed) + 1;
+    let host2 = host.clone();
+    let spawned = spindle::Builder::new()
+        .name("wasm-instance")
+        .spawn(move || run_instance(host2, id, job));
+    if let Err(e) = spawned {
+        // The job went into the closure, which was dropped: its reply
+        // channel closed, and the request is answered 500.
+        tracing::warn!("no fiber for a new guest instance: {e}");
+    }
+}
+
+/// What an instance is doing, as its loop last saw.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Phase {
+    /// Requests in flight: it must be gone by the latest of their deadlines.
+    Requests,
+    /// Every request answered, but the guest still works (a body being
+    /// written, a task it spawned): bounded by one more request timeout.
+    AfterResponses,
+    /// Nothing to do: dropped at the end of the idle timeout.
+    Idle,
+}
+
+/// What the instance's loop tells the fiber driving it, between polls.
+struct Status {
+    phase: Cell<Phase>,
+    /// When to drop the instance if the phase does not change.
+    kill_at: Cell<Instant>,
+    /// Cleared when a request is accepted; set once the loop has parked
+    /// with every task waiting.
+    may_interleave: Cell<bool>,
+}
+
+impl Status {
+    fn enter(&self, phase: Phase, kill_at: Instant) {
+        self.phase.set(phase);
+        self.kill_at.set(kill_at);
+    }
+}
+
+/// On its own fiber: instantiates the component, serves `first` and then
+/// whatever the pool gives it, until the policy says stop.
+fn run_instance(host: Arc<HostInner>, id: u64, first: Job) {
+    let Pre::Service(pre) = &host.pre else {
+        unreachable!("WASI 0.2 requests go to the proxy module")
+    };
+    let config = &host.config;
+    let tag: Arc<str> = format!("instance {id}").into();
+    let mut store = crate::proxy::new_store(&host, tag.clone(), &[]);
+    let instantiated = spindle::block_on(async {
+        let mut instantiate = pin!(pre.instantiate_async(&mut store));
+        let mut deadline = spindle::time::sleep_until_future(first.deadline);
+        std::future::poll_fn(|cx| {
+            if let Poll::Ready(r) = instantiate.as_mut().poll(cx) {
+                return Poll::Ready(Some(r));
+            }
+            Pin::new(&mut deadline).poll(cx).map(|()| None)
+        })
+        .await
+    });
+    let service = match instantiated {
+        Some(Ok(service)) => service,
+        Some(Err(e)) => {
+            tracing::warn!(instance = %tag, "instantiation failed: {e:#}");
+            let _ = first.reply.send(Err(e));
+            return;
+        }
+        None => return, // the request fiber answers its own deadline
+    };
+    first.fresh_instance.store(true, Ordering::Relaxed);
+    let proxy = Proxy::P3(service);
+    let Proxy::P3(guest) = &proxy else {
+        unreachable!()
+    };
+    let func = *guest.wasi_http_handler().func_handle().func();
+    let reuse = config
+        .instance_reuse
+        .unwrap_or(crate::config::DEFAULT_INSTANCE_REUSE);
+    let concurrency = config.instance_concurrency;
+    let status = Status {
+        phase: Cell::new(Phase::Requests),
+        kill_at: Cell::new(first.deadline),
+        may_interleave: Cell::new(false),
+    };
+    let _ = store.set_fuel(0);
+
+    let status = &status;
+    let host = &host;
+    let proxy = &proxy;
+    let serve = async move |accessor: &Accessor<GuestState>| -> wasmtime::Result<()> {
+        let mut in_flight = FuturesUnordered::new();
+        // The deadlines of the requests in flight (few: a Vec will do).
+        let mut deadlines: Vec<Instant> = Vec::new();
+        let mut accepted = 0usize;
+        let mut may_accept = true;
+        let mut available = false;
+        // Leaves the pool's count right however this loop ends.
+        let guard = AvailableGuard {
+            host,
+            id,
+            available: &mut available,
+        };
+
+        let accept =
+            |job: Job, in_flight: &mut FuturesUnordered<_>, deadlines: &mut Vec<Instant>| {
+                // Assume the new task computes until the loop shows otherwise.
+                status.may_interleave.set(false);
+                let Job {
+                    request,
+                    reply,
+                    deadline,
+                    ..
+                } = job;
+                deadlines.push(deadline);
+                let latest = deadlines.iter().copied().max().unwrap_or(deadline);
+                status.enter(Phase::Requests, latest);
+                let (tx, rx) = oneshot::channel();
+                let prepared = accessor.with(|mut access| {
+                    let mut store = access.as_context_mut();
+                    let fuel = store.get_fuel().unwrap_or(0);
+                    let _ = store.set_fuel(fuel.saturating_add(config.fuel_limit));
+                    Prepared::new(store, proxy, request, GuestState::http, tx)
+                });
+                in_flight.push(async move {
+                    let responded = match prepared {
+                        Ok(prepared) => {
+                            let expiry = spindle::time::sleep_until_future(deadline);
+                            prepared.run(accessor, expiry).await?
+                        }
+                        Err(e) => {
+                            let _ = reply.send(Err(e));
+                            return Ok::<_, wasmtime::Error>((true, false, deadline));
+                        }
+                    };
+                    let result = rx.await.unwrap_or_else(|_| {
+                        Err(wasmtime::format_err!("guest returned without a response"))
+                    });
+                    let trapped = result
+                        .as_ref()
+                        .err()
+                        .is_some_and(|e| e.downcast_ref::<wasmtime::Trap>().is_some());
+                    let _ = reply.send(result);
+                    Ok::<_, wasmtime::Error>((responded, trapped, deadline))
+                });
+            };
+
+        accepted += 1;
+        accept(first, &mut in_flight, &mut deadlines);
+
+        std::future::poll_fn(|cx| -> Poll<wasmtime::Result<()>> {
+            loop {
+                // Finished (or expired) requests first: an expiry or a trap
+                // must stop this instance taking more before it looks.
+                while let Poll::Ready(Some(done)) = in_flight.poll_next_unpin(cx) {
+                    let (responded, trapped, deadline) = done?;
+                    if let Some(i) = deadlines.iter().position(|d| *d == deadline) {
+                        deadlines.swap_remove(i);
+                    }
+                    if let Some(latest) = deadlines.iter().copied().max() {
+                        status.enter(Phase::Requests, latest);
+                    }
+                    if !responded || trapped {
+                        may_accept = false;
+                    }
+                }
+                let ready = accessor.poll_ready_for_concurrent_call(func, cx).is_ready();
+                if accepted >= reuse {
+                    may_accept = false;
+                }
+                let want = may_accept
+                    && ready
+                    && in_flight.len() < concurrency
+                    && (in_flight.is_empty() || status.may_interleave.get());
+                Pool::set_available(host, id, guard.available, want);
+                if want {
+                    if let Poll::Ready(job) = host.pool.poll_job(id, cx) {
+                        accepted += 1;
+                        accept(job, &mut in_flight, &mut deadlines);
+                        continue;
+                    }
+                }
+                if !in_flight.is_empty() {
+                    return Poll::Pending;
+                }
+                if accessor.poll_no_interesting_tasks(cx).is_pending() {
+                    if status.phase.get() != Phase::AfterResponses {
+                        status.enter(Phase::AfterResponses, spindle::time::now() + config.timeout);
+                    }
+                    return Poll::Pending;
+                }
+                if !(may_accept && ready) {
+                    return Poll::Ready(Ok(()));
+                }
+                if status.phase.get() != Phase::Idle {
+                    let end = spindle::time::now() + config.instance_idle_timeout;
+                    status.enter(Phase::Idle, end);
+                }
+                return Poll::Pending;
+            }
+        })
+        .await?;
+        drop(guard);
+        Ok(())
+    };
+
+    let result = {
+        let mut event_loop = pin!(store.run_concurrent(serve));
+        let watch = Arc::new(YieldWatch::default());
+        let mut kill = spindle::time::sleep_until_future(status.kill_at.get());
+        spindle::block_on(std::future::poll_fn(|cx| loop {
+            let waker = watch.waker(cx.waker());
+            let mut inner = Context::from_waker(&waker);
+            let polled = wasmtime_wasi::runtime::with_ambient_tokio_runtime(|| {
+                event_loop.as_mut().poll(&mut inner)
+            });
+            if let Poll::Ready(r) = polled {
+                return Poll::Ready(r.and_then(|r| r));
+            }
+            // Polled from outside the loop: a task that holds the store
+            // cannot stop this.
+            let kill_at = status.kill_at.get();
+            if kill.deadline() != kill_at {
+                kill = spindle::time::sleep_until_future(kill_at);
+            }
+            if Pin::new(&mut kill).poll(cx).is_ready() {
+                return Poll::Ready(if status.phase.get() == Phase::Idle {
+                    Ok(())
+                } else {
+                    Err(wasmtime::format_err!("requests past their deadline"))
+                });
+            }
+            if watch.woke() {
+                return Poll::Pending; // computing: block_on polls again soon
+            }
+            if !status.may_interleave.replace(true) {
+                continue; // every task waits: it may take another request
+            }
+            return Poll::Pending;
+        }))
+    };
+    if let Err(e) = result {
+        tracing::warn!(instance = %tag, "instance dropped: {}", crate::proxy::describe(&e));
+    }
+}
+
+/// Takes an instance out of the pool's available count when its loop ends.
+struct AvailableGuard<'a> {
+    host: &'a Arc<HostInner>,
+    id: u64,
+    available: &'a mut bool,
+}
+
+impl Drop for AvailableGuard<'_> {
+    fn drop(&mut self) {
+        Pool::set_available(self.host, self.id, self.available, false);
+    }
+}
+
+/// Tells a poll that ended because the guest yielded (it woke its own
+/// waker while being polled: computing) from one where every task waits.
+#[derive(Default)]
+struct YieldWatch {
+    woken: AtomicBool,
+    outer: Mutex<Option<Waker>>,
+}
+
+impl YieldWatch {
+    fn waker(self: &Arc<Self>, outer: &Waker) -> Waker {
+        self.woken.store(false, Ordering::Relaxed);
+        {
+            let mut slot = self.outer.lock().unwrap_or_else(|e| e.into_inner());
+            match slot.as_mut() {
+                Some(w) => w.clone_from(outer),
+                None => *slot = Some(outer.clone()),
+            }
+        }
+        Waker::from(self.clone())
+    }
+
+    fn woke(&self) -> bool {
+        self.woken.load(Ordering::Relaxed)
+    }
+}
+
+impl Wake for YieldWatch {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Relaxed);
+        if let Some(w) = self
+            .outer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            w.wake_by_ref();
+        }
+    }
+}
+
+/// Answers one HTTP request through a WASI 0.3 instance (see the module
+/// comment).
+pub(crate) fn handle(host: &Arc<HostInner>, req: Request<Body>) -> Response<Body> {
+    let queue_start = Instant::now();
+    let admission = Admission::take(host);
+    let queue_wait = queue_start.elapsed();
+    let report = |outcome, instantiate, handle| {
+        if let Some(observer) = &host.config.observer.0 {
+            observer.request(&RequestReport {
+                outcome,
+                queue_wait,
+                instantiate,
+                handle,
+            });
+        }
+    };
+    let id = host.next_id.fetch_add(1, Ordering::Relaxed);
+    let tag = format!("req {id} {} {}", req.method(), req.uri().path());
+    let Some(admission) = admission else {
+        report(Outcome::Busy, Duration::ZERO, Duration::ZERO);
+        tracing::warn!(
+            request = %tag,
+            "503, all {} guest slots busy",
+            host.config.max_concurrent
+        );
+        return crate::proxy::plain(StatusCode::SERVICE_UNAVAILABLE, "server busy");
+    };
+    let started = Instant::now();
+    let deadline = spindle::time::now() + host.config.timeout;
+    let (mut parts, body) = req.into_parts();
+    // WASI 0.3 takes the scheme and authority from the URI alone.
+    match absolute_uri(&parts) {
+        Some(uri) => parts.uri = uri,
+        None => {
+            report(Outcome::BadRequest, Duration::ZERO, Duration::ZERO);
+            tracing::warn!(request = %tag, "400, no usable authority");
+            return crate::proxy::plain(StatusCode::BAD_REQUEST, "bad request");
+        }
+    }
+    let request = http::Request::from_parts(parts, crate::proxy::request_body(body));
+    let (reply, answer) = oneshot::channel();
+    let fresh_instance = Arc::new(AtomicBool::new(false));
+    Pool::submit(
+        host,
+        Job {
+            request,
+            reply,
+            deadline,
+            fresh_instance: fresh_instance.clone(),
+        },
+    );
+    let answer = spindle::block_on(async {
+        let mut answer = answer;
+        let mut expiry = spindle::time::sleep_until_future(deadline);
+        std::future::poll_fn(|cx| {
+            if let Poll::Ready(r) = Pin::new(&mut answer).poll(cx) {
+                return Poll::Ready(Some(r));
+            }
+            Pin::new(&mut expiry).poll(cx).map(|()| None)
+        })
+        .await
+    });
+    let head = started.elapsed();
+    let timing = |outcome| {
+        let instantiate = if fresh_instance.load(Ordering::Relaxed) {
+            head
+        } else {
+            Duration::ZERO
+        };
+        report(outcome, instantiate, head - instantiate);
+    };
+    let failed = |outcome: Outcome, why: String| {
+        timing(outcome);
+        tracing::warn!(request = %tag, outcome = outcome.as_str(), "{why}");
+        crate::proxy::plain(StatusCode::INTERNAL_SERVER_ERROR, "guest failed")
+    };
+    let response = match answer {
+        Some(Ok(Ok(response))) => response,
+        Some(Ok(Err(e))) if e.downcast_ref::<ExpirationError>().is_some() => {
+            return failed(Outcome::Deadline, "deadline exceeded (--timeout)".into())
+        }
+        Some(Ok(Err(e))) => {
+            let outcome = match e.downcast_ref::<wasmtime::Trap>() {
+                Some(wasmtime::Trap::OutOfFuel) => Outcome::FuelExhausted,
+                Some(_) => Outcome::Trap,
+                None => Outcome::Failed,
+            };
+            return failed(outcome, crate::proxy::describe(&e));
+        }
+        Some(Err(oneshot::Canceled)) => {
+            return failed(
+                Outcome::Trap,
+                "the guest's instance ended (trap or fault)".into(),
+            )
+        }
+        None => return failed(Outcome::Deadline, "deadline exceeded (--timeout)".into()),
+    };
+    timing(Outcome::Answered);
+    let (parts, mut body) = response.into_parts();
+    let (taken, complete) = take_ready(&mut body);
+    let body = match complete {
+        Ok(true) => Body::from(taken.freeze()),
+        Ok(false) => Body::from_reader(StreamedBody {
+            body,
+            pending: taken.freeze(),
+            deadline,
+            done: false,
+            tag: tag.into(),
+            _admission: admission,
+        }),
+        Err(why) => {
+            tracing::warn!(request = %tag, "{why}");
+            return crate::proxy::plain(StatusCode::INTERNAL_SERVER_ERROR, "guest failed");
+        }
+    };
+    Response::from_parts(parts, body)
+}
+
+/// The request's URI in absolute form: `http`, and the authority of the
+/// request line or else of `Host` (`localhost` for HTTP/1.0 without one).
+fn absolute_uri(parts: &http::request::Parts) -> Option<http::Uri> {
+    let uri = &parts.uri;
+    let authority = match uri.authority() {
+        Some(a) => a.clone(),
+        None => match parts.headers.get(http::header::HOST) {
+            Some(h) => h.to_str().ok()?.parse().ok()?,
+            None => http::uri::Authority::from_static("localhost"),
+        },
+    };
+    let path = uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
+    http::Uri::builder()
+        .scheme(uri.scheme().cloned().unwrap_or(http::uri::Scheme::HTTP))
+        .authority(authority)
+        .path_and_query(path)
+        .build()
+        .ok()
+}
+
+/// How much of a body is taken whole before streaming instead.
+const WHOLE_BODY_LIMIT: usize = 256 * 1024;
+
+/// The frames the guest has written already: `Ok(true)` if that was all.
+///
+/// A guest usually returns its response first and writes the body from a
+/// task of its own right after, in the same turn of its instance's loop;
+/// one yield lets that turn finish (the instance fiber is most often on
+/// this worker), so a small body still goes out with a `Content-Length`.
+fn take_ready(body: &mut WasiBody) -> (BytesMut, Result<bool, String>) {
+    let mut taken = BytesMut::new();
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut yielded = false;
+    loop {
+        match Pin::new(&mut *body).poll_frame(&mut cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Ok(data) = frame.into_data() {
+                    taken.extend_from_slice(&data);
+                }
+                if taken.len() > WHOLE_BODY_LIMIT {
+                    return (taken, Ok(false));
+                }
+            }
+            Poll::Ready(Some(Err(e))) => return (taken, Err(format!("response body: {e:?}"))),
+            Poll::Ready(None) => return (taken, Ok(true)),
+            Poll::Pending if !yielded => {
+                yielded = true;
+                spindle::yield_now();
+            }
+            Poll::Pending => return (taken, Ok(false)),
+        }
+    }
+}
+
+/// A response body the instance's loop is still writing: each read parks
+/// the request fiber until more comes, up to the request's deadline.
+struct StreamedBody {
+    body: WasiBody,
+    pending: Bytes,
+    deadline: Instant,
+    done: bool,
+    tag: Arc<str>,
+    _admission: Admission,
+}
+
+impl Read for StreamedBody {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if !self.pending.is_empty() {
+                let n = self.pending.len().min(buf.len());
+                buf[..n].copy_from_slice(&self.pending[..n]);
+                self.pending.advance(n);
+                return Ok(n);
+            }
+            if self.done {
+                return Ok(0);
+            }
+            let body = &mut self.body;
+            let mut expiry = spindle::time::sleep_until_future(self.deadline);
+            let next = spindle::block_on(std::future::poll_fn(|cx| {
+                match Pin::new(&mut *body).poll_frame(cx) {
+                    Poll::Ready(Some(Ok(frame))) => {
+                        Poll::Ready(Ok(Some(frame.into_data().unwrap_or_default())))
+                    }
+                    Poll::Ready(Some(Err(e))) => Poll::Ready(Err(format!("response body: {e:?}"))),
+                    Poll::Ready(None) => Poll::Ready(Ok(None)),
+                    Poll::Pending => Pin::new(&mut expiry)
+                        .poll(cx)
+                        .map(|()| Err("deadline exceeded (--timeout) in the body".to_string())),
+                }
+            }));
+            match next {
+                Ok(Some(data)) => self.pending = data,
+                Ok(None) => self.done = true,
+                Err(why) => {
+                    tracing::warn!(request = %self.tag, "{why}");
+                    return Err(io::Error::other(why));
+                }
+            }
+        }
+    }
+}
