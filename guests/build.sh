@@ -14,7 +14,7 @@ done
 cp target/wasm32-wasip2/release/fetch-cmd.wasm wasm/fetch-cmd.wasm
 cp target/wasm32-wasip2/release/trap-cmd.wasm wasm/trap-cmd.wasm
 # WASI 0.3 (wasi:http/service) guests, built with the wasip3 crate.
-for g in hello echo sleep fetch burn fanout; do
+for g in hello echo sleep fetch burn fanout gate; do
     cp "target/wasm32-wasip2/release/${g}_p3.wasm" "wasm/$g-p3.wasm"
 done
 ./sources-hash.sh > wasm/SOURCES.sha256

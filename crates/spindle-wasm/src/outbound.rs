@@ -12,8 +12,9 @@
 //! netpoller) and answers through a oneshot channel. The request body
 //! streams: the client pumps it from the guest on a fiber of its own while
 //! the response head is read, so a guest that waits for the answer before
-//! finishing its body is served (only a framing-less GET or HEAD is
-//! collected first: it has no body, and may take a pooled connection).
+//! finishing its body is served (only a framing-less GET or HEAD goes out
+//! at once with no body, on a pooled connection if one is idle, while its
+//! empty body is drained beside it).
 //!
 //! wasmtime-wasi-http polls the future `send_request` returns on its own
 //! tokio runtime; tokio's whole share of an outgoing request is polling
@@ -174,13 +175,22 @@ fn send_on_fiber(
         && !parts.headers.contains_key(http::header::CONTENT_LENGTH)
         && !parts.headers.contains_key(http::header::TRANSFER_ENCODING);
     let body = if bodiless {
-        // A GET or HEAD without framing has no body: wait for the guest to
-        // finish it (parking this fiber, not the guest's), and the request
-        // can go out on a pooled connection.
-        let bytes = spindle::block_on(body.collect())
-            .map_err(|e| HttpError::InternalError(Some(format!("request body: {e}"))))?
-            .to_bytes();
-        spindle_http::Body::from(bytes)
+        // A GET or HEAD without framing has no body: it goes out at once,
+        // on a pooled connection if one is idle. The guest may still hold
+        // its body open (a WASI 0.3 guest keeps its trailers future until
+        // the response comes): a fiber of its own drains and drops it, so
+        // neither side waits for the other.
+        let drained = spindle::Builder::new()
+            .name("wasm-outbound-drain")
+            .spawn(move || {
+                let _ = spindle::block_on(body.collect());
+            });
+        if drained.is_err() {
+            return Err(HttpError::InternalError(Some(
+                "no fiber for the outgoing request body".into(),
+            )));
+        }
+        spindle_http::Body::empty()
     } else {
         // Anything else streams: the guest may send the head, wait for the
         // response's head and only then write its body (an echo of the

@@ -111,6 +111,9 @@ impl Pool {
     fn submit(host: &Arc<HostInner>, job: Job) {
         let mut state = host.pool.lock();
         if state.available == 0 {
+            // Counted available from birth: the jobs that come before it
+            // has run wait for it instead of each starting an instance.
+            state.available += 1;
             drop(state);
             start_instance(host, job);
             return;
@@ -123,15 +126,15 @@ impl Pool {
         }
     }
 
-    /// Records whether instance `id` would take a job now. The last
-    /// available instance to become unavailable while jobs wait starts an
-    /// instance for the first of them (otherwise `submit`, which saw it
-    /// available, left the job to it).
-    fn set_available(host: &Arc<HostInner>, id: u64, available: &mut bool, now: bool) {
-        if *available == now {
+    /// Records whether instance `id` may take more jobs. When one stops
+    /// being available while jobs wait, another must take them: a parked
+    /// available instance is woken, or, if none is left, a new instance
+    /// is started for the first job (`submit` saw this one available and
+    /// left the job to it).
+    fn set_available(host: &Arc<HostInner>, id: u64, available: &Cell<bool>, now: bool) {
+        if available.replace(now) == now {
             return;
         }
-        *available = now;
         let mut state = host.pool.lock();
         if now {
             state.available += 1;
@@ -139,11 +142,17 @@ impl Pool {
         }
         state.available -= 1;
         state.parked.retain(|(i, _)| *i != id);
+        if state.jobs.is_empty() {
+            return;
+        }
         if state.available == 0 {
-            if let Some(job) = state.jobs.pop_front() {
-                drop(state);
-                start_instance(host, job);
-            }
+            let job = state.jobs.pop_front().expect("not empty");
+            state.available += 1;
+            drop(state);
+            start_instance(host, job);
+        } else if let Some((_, waker)) = state.parked.pop() {
+            drop(state);
+            waker.wake();
         }
     }
 
@@ -163,6 +172,7 @@ impl Pool {
     }
 }
 
+/// Starts an instance fiber for `job`; the pool has counted it available.
 fn start_instance(host: &Arc<HostInner>, job: Job) {
     let id = host.pool.next_instance.fetch_add(1, Ordering::Relaxed) + 1;
     let host2 = host.clone();
@@ -173,6 +183,7 @@ fn start_instance(host: &Arc<HostInner>, job: Job) {
         // The job went into the closure, which was dropped: its reply
         // channel closed, and the request is answered 500.
         tracing::warn!("no fiber for a new guest instance: {e}");
+        Pool::set_available(host, id, &Cell::new(true), false);
     }
 }
 
@@ -196,6 +207,10 @@ struct Status {
     /// Cleared when a request is accepted; set once the loop has parked
     /// with every task waiting.
     may_interleave: Cell<bool>,
+    /// The last poll of the loop ended in a yield: the guest computes.
+    computing: Cell<bool>,
+    /// Counted among the pool's available instances.
+    available: Cell<bool>,
 }
 
 impl Status {
@@ -213,6 +228,19 @@ fn run_instance(host: Arc<HostInner>, id: u64, first: Job) {
     };
     let config = &host.config;
     let tag: Arc<str> = format!("instance {id}").into();
+    let status = Status {
+        phase: Cell::new(Phase::Requests),
+        kill_at: Cell::new(first.deadline),
+        may_interleave: Cell::new(false),
+        computing: Cell::new(false),
+        available: Cell::new(true),
+    };
+    // Leaves the pool's count right however this instance ends.
+    let _guard = AvailableGuard {
+        host: &host,
+        id,
+        available: &status.available,
+    };
     let mut store = crate::proxy::new_store(&host, tag.clone(), &[]);
     let instantiated = spindle::block_on(async {
         let mut instantiate = pin!(pre.instantiate_async(&mut store));
@@ -244,11 +272,6 @@ fn run_instance(host: Arc<HostInner>, id: u64, first: Job) {
         .instance_reuse
         .unwrap_or(crate::config::DEFAULT_INSTANCE_REUSE);
     let concurrency = config.instance_concurrency;
-    let status = Status {
-        phase: Cell::new(Phase::Requests),
-        kill_at: Cell::new(first.deadline),
-        may_interleave: Cell::new(false),
-    };
     let _ = store.set_fuel(0);
 
     let status = &status;
@@ -260,13 +283,6 @@ fn run_instance(host: Arc<HostInner>, id: u64, first: Job) {
         let mut deadlines: Vec<Instant> = Vec::new();
         let mut accepted = 0usize;
         let mut may_accept = true;
-        let mut available = false;
-        // Leaves the pool's count right however this loop ends.
-        let guard = AvailableGuard {
-            host,
-            id,
-            available: &mut available,
-        };
 
         let accept =
             |job: Job, in_flight: &mut FuturesUnordered<_>, deadlines: &mut Vec<Instant>| {
@@ -334,12 +350,11 @@ fn run_instance(host: Arc<HostInner>, id: u64, first: Job) {
                 if accepted >= reuse {
                     may_accept = false;
                 }
-                let want = may_accept
-                    && ready
-                    && in_flight.len() < concurrency
-                    && (in_flight.is_empty() || status.may_interleave.get());
-                Pool::set_available(host, id, guard.available, want);
-                if want {
+                let open =
+                    may_accept && ready && in_flight.len() < concurrency && !status.computing.get();
+                Pool::set_available(host, id, &status.available, open);
+                // Open, it takes another only once its tasks all wait.
+                if open && (in_flight.is_empty() || status.may_interleave.get()) {
                     if let Poll::Ready(job) = host.pool.poll_job(id, cx) {
                         accepted += 1;
                         accept(job, &mut in_flight, &mut deadlines);
@@ -365,15 +380,14 @@ fn run_instance(host: Arc<HostInner>, id: u64, first: Job) {
                 return Poll::Pending;
             }
         })
-        .await?;
-        drop(guard);
-        Ok(())
+        .await
     };
 
     let result = {
         let mut event_loop = pin!(store.run_concurrent(serve));
         let watch = Arc::new(YieldWatch::default());
         let mut kill = spindle::time::sleep_until_future(status.kill_at.get());
+        let mut yields = 0u32;
         spindle::block_on(std::future::poll_fn(|cx| loop {
             let waker = watch.waker(cx.waker());
             let mut inner = Context::from_waker(&waker);
@@ -397,10 +411,20 @@ fn run_instance(host: Arc<HostInner>, id: u64, first: Job) {
                 });
             }
             if watch.woke() {
-                return Poll::Pending; // computing: block_on polls again soon
+                // One self-wake may be the loop's own deferred work (a call
+                // just started); two in a row is the guest yielding at its
+                // fuel interval: computing, so no more work here.
+                yields += 1;
+                if yields >= 2 && !status.computing.replace(true) {
+                    Pool::set_available(host, id, &status.available, false);
+                }
+                return Poll::Pending; // block_on polls again soon
             }
-            if !status.may_interleave.replace(true) {
-                continue; // every task waits: it may take another request
+            yields = 0;
+            // Every task waits: it may take another request.
+            let was_computing = status.computing.replace(false);
+            if !status.may_interleave.replace(true) || was_computing {
+                continue;
             }
             return Poll::Pending;
         }))
@@ -410,11 +434,11 @@ fn run_instance(host: Arc<HostInner>, id: u64, first: Job) {
     }
 }
 
-/// Takes an instance out of the pool's available count when its loop ends.
+/// Takes an instance out of the pool's available count when it ends.
 struct AvailableGuard<'a> {
     host: &'a Arc<HostInner>,
     id: u64,
-    available: &'a mut bool,
+    available: &'a Cell<bool>,
 }
 
 impl Drop for AvailableGuard<'_> {
@@ -423,8 +447,8 @@ impl Drop for AvailableGuard<'_> {
     }
 }
 
-/// Tells a poll that ended because the guest yielded (it woke its own
-/// waker while being polled: computing) from one where every task waits.
+/// Tells a poll that ended with a self-wake (the guest yielding at its fuel
+/// interval, or the loop's deferred work) from one where every task waits.
 #[derive(Default)]
 struct YieldWatch {
     woken: AtomicBool,

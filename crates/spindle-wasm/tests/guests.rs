@@ -2,87 +2,15 @@
 //! clients (curl, raw sockets, spindle-http's client): streaming, outgoing
 //! requests, clocks, fuel, deadlines, memory limits, traps and admission.
 
-use std::io::{Read, Write};
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::{config, get, guest, serve, upstream};
 use spindle::Runtime;
 use spindle_wasm::{Host, HostConfig};
-
-fn guest(name: &str) -> Vec<u8> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../guests/wasm")
-        .join(format!("{name}.wasm"));
-    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// Compiled code goes to a per-process temporary cache, so tests do not
-/// depend on (or fill) the user's.
-fn config() -> HostConfig {
-    let dir = std::env::temp_dir().join(format!("spindle-wasm-test-cache-{}", std::process::id()));
-    HostConfig::default()
-        .max_concurrent(2000)
-        .cache_dir(Some(dir))
-}
-
-/// Serves `wasm` on a fresh runtime with `workers` workers.
-fn serve(name: &str, workers: usize, config: HostConfig) -> (Runtime, SocketAddr) {
-    let host = Host::new(&guest(name), config).expect("the guest compiles and links");
-    let rt = Runtime::builder().workers(workers).build().unwrap();
-    let addr = rt.run(move || {
-        let server = spindle_http::Server::bind("127.0.0.1:0").unwrap();
-        let addr = server.local_addr().unwrap();
-        spindle::spawn(move || server.serve(move |req| host.handle(req)));
-        addr
-    });
-    (rt, addr)
-}
-
-/// `GET path` over a fresh connection: (status, body).
-fn get(addr: SocketAddr, path: &str, headers: &str) -> (u16, String) {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    // Generous: the burn requests share a loaded CI machine.
-    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: test\r\n{headers}Connection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = Vec::new();
-    s.read_to_end(&mut out).unwrap();
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("no status in {text:?}"));
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
-    // Undo chunking, if any, for the checks below.
-    let body = if text
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        dechunk(body)
-    } else {
-        body.to_string()
-    };
-    (status, body)
-}
-
-fn dechunk(mut s: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = s.split_once("\r\n") {
-        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if n == 0 {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        s = &rest[n + 2..];
-    }
-    out
-}
 
 #[test]
 fn hello_with_curl() {
@@ -241,22 +169,6 @@ fn memory_bomb_trap_and_no_response_are_500_for_that_request_only() {
     let (_rt3, addr3) = serve("noreply", 1, config());
     assert_eq!(get(addr3, "/", "").0, 500);
     assert_eq!(get(addr3, "/", "").0, 500);
-}
-
-/// A local upstream on spindle-http (one worker of its own).
-fn upstream(
-    handler: fn(
-        spindle_http::Request<spindle_http::Body>,
-    ) -> spindle_http::Response<spindle_http::Body>,
-) -> (Runtime, SocketAddr) {
-    let rt = Runtime::builder().workers(1).build().unwrap();
-    let addr = rt.run(move || {
-        let server = spindle_http::Server::bind("127.0.0.1:0").unwrap();
-        let addr = server.local_addr().unwrap();
-        spindle::spawn(move || server.serve(handler));
-        addr
-    });
-    (rt, addr)
 }
 
 #[test]

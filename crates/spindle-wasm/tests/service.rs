@@ -1,0 +1,307 @@
+//! WASI 0.3 (`wasi:http/service`) guests served by spindle-wasm, checked
+//! with real HTTP clients: one instance serving many requests at once,
+//! streaming bodies both ways, clock waits on an idle worker, outgoing
+//! requests in parallel, CPU-bound guests beside small ones, deadlines,
+//! traps and the guest's own backpressure.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+mod common;
+
+use common::{config, get, guest, upstream};
+use spindle::Runtime;
+use spindle_wasm::{Host, HostConfig, World};
+
+/// Serves `name` like `common::serve`, and keeps a handle on the host for
+/// its statistics.
+fn serve_p3(name: &str, workers: usize, config: HostConfig) -> (Runtime, SocketAddr, Host) {
+    let host = Host::new(&guest(name), config).expect("the guest compiles and links");
+    assert_eq!(host.world(), World::Service, "{name} is a WASI 0.3 service");
+    let rt = Runtime::builder().workers(workers).build().unwrap();
+    let served = host.clone();
+    let addr = rt.run(move || {
+        let server = spindle_http::Server::bind("127.0.0.1:0").unwrap();
+        let addr = server.local_addr().unwrap();
+        spindle::spawn(move || server.serve(move |req| served.handle(req)));
+        addr
+    });
+    (rt, addr, host)
+}
+
+/// `n` GETs of `path` at once, from threads: (status, body) in order.
+fn concurrently(addr: SocketAddr, path: &'static str, n: usize) -> Vec<(u16, String)> {
+    let threads: Vec<_> = (0..n)
+        .map(|_| std::thread::spawn(move || get(addr, path, "")))
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+/// Waits (bounded) until `cond` holds.
+fn eventually(what: &str, cond: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < Duration::from_secs(10), "never: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn every_committed_guest_is_told_apart_by_its_exports() {
+    for name in ["hello", "echo", "sleep", "fetch", "burn", "relay"] {
+        assert_eq!(World::of(&guest(name)), World::Proxy, "{name}");
+    }
+    for name in ["hello", "echo", "sleep", "fetch", "burn", "fanout", "gate"] {
+        let name = format!("{name}-p3");
+        assert_eq!(World::of(&guest(&name)), World::Service, "{name}");
+    }
+}
+
+#[test]
+fn p3_hello_with_curl_on_one_reused_instance() {
+    let (_rt, addr, host) = serve_p3("hello-p3", 1, config());
+    let url = format!("http://{addr}/");
+    let out = Command::new("curl")
+        .args(["-sS", "-i", "--max-time", "10", &url])
+        .output()
+        .expect("curl runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains("content-length: 13"), "{text}");
+    assert!(text.ends_with("Hello, World!"), "{text}");
+    // Keep-alive, one after another: the same instance serves them all.
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", &url, &url, &url, &url])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "Hello, World!".repeat(4)
+    );
+    assert_eq!(host.instances_made(), 1);
+    // Dropped after its idle second.
+    eventually("the idle instance is dropped", || host.instances() == 0);
+}
+
+#[test]
+fn p3_echo_streams_a_3_mb_chunked_upload_back_byte_exact() {
+    let (_rt, addr, _host) = serve_p3("echo-p3", 2, config());
+    let dir = std::env::temp_dir().join(format!("spindle-echo-p3-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("in");
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&input, &data).unwrap();
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "60",
+            "-H",
+            "transfer-encoding: chunked",
+            "--data-binary",
+            &format!("@{}", input.display()),
+            &format!("http://{addr}/"),
+        ])
+        .output()
+        .expect("curl runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout.len(), data.len());
+    assert!(out.stdout == data, "the echo differs from the upload");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_thousand_concurrent_p3_sleeps_on_one_worker_share_a_few_instances() {
+    let (_rt, addr, host) = serve_p3("sleep-p3", 1, config());
+    let clients = Runtime::builder().workers(1).build().unwrap();
+    let started = Instant::now();
+    let results = clients.run(move || {
+        let handles: Vec<_> = (0..1000)
+            .map(|_| {
+                spindle::spawn(move || {
+                    let c = spindle_http::Client::new().request_timeout(Duration::from_secs(30));
+                    let r = c.get(&format!("http://{addr}/?ms=500")).unwrap();
+                    (r.status().as_u16(), r.into_body().into_vec().unwrap())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    let took = started.elapsed();
+    assert!(results
+        .iter()
+        .all(|(s, b)| *s == 200 && b == b"slept 500 ms"));
+    assert!(took < Duration::from_secs(5), "1000 sleeps took {took:?}");
+    // 16 at once per instance: at most ⌈1000 / 16⌉ instances.
+    let made = host.instances_made();
+    assert!(made <= 63, "{made} instances for 1000 requests");
+}
+
+#[test]
+fn a_p3_sleep_past_the_deadline_on_an_idle_worker_is_answered_at_the_deadline() {
+    let (_rt, addr, host) = serve_p3("sleep-p3", 1, config().timeout(Duration::from_secs(1)));
+    let started = Instant::now();
+    let (status, _) = get(addr, "/?ms=3000", "");
+    let took = started.elapsed();
+    assert_eq!(status, 500);
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_millis(2500),
+        "answered after {took:?}"
+    );
+    // The expired request's instance takes no more work: a new one
+    // serves the next request, and both are gone soon after.
+    assert_eq!(get(addr, "/?ms=10", "").0, 200);
+    assert_eq!(host.instances_made(), 2);
+    eventually("both instances are dropped", || host.instances() == 0);
+    assert_eq!(get(addr, "/?ms=10", "").0, 200);
+}
+
+static UPSTREAM_NOW: AtomicUsize = AtomicUsize::new(0);
+static UPSTREAM_MOST: AtomicUsize = AtomicUsize::new(0);
+
+#[test]
+fn the_fanout_guests_three_outgoing_requests_are_in_flight_together() {
+    let (_up_rt, up) = upstream(|req| {
+        let now = UPSTREAM_NOW.fetch_add(1, Ordering::SeqCst) + 1;
+        UPSTREAM_MOST.fetch_max(now, Ordering::SeqCst);
+        spindle::time::sleep(Duration::from_millis(300));
+        UPSTREAM_NOW.fetch_sub(1, Ordering::SeqCst);
+        let query = req.uri().query().unwrap_or("").to_string();
+        spindle_http::Response::new(spindle_http::Body::from(query))
+    });
+    let config = config().allow_outbound(&up.to_string()).unwrap();
+    let (_rt, addr, _host) = serve_p3("fanout-p3", 1, config);
+    let header = format!("x-fetch-url: http://{up}/part\r\n");
+    let started = Instant::now();
+    let (status, body) = get(addr, "/", &header);
+    let took = started.elapsed();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body, "200 i=0\n200 i=1\n200 i=2\n");
+    assert_eq!(UPSTREAM_MOST.load(Ordering::SeqCst), 3, "not all at once");
+    assert!(took < Duration::from_millis(800), "took {took:?}");
+}
+
+#[test]
+fn p3_fetch_goes_out_through_the_allow_list() {
+    let (_up_rt, up) = upstream(|_| spindle_http::Response::new("from upstream".into()));
+    let config = config().allow_outbound(&up.to_string()).unwrap();
+    let (_rt, addr, _host) = serve_p3("fetch-p3", 1, config);
+    let header = format!("x-fetch-url: http://{up}/\r\n");
+    assert_eq!(
+        get(addr, "/", &header),
+        (200, "upstream 200: from upstream".to_string())
+    );
+    // Not on the list: the guest sees HttpRequestDenied.
+    let (status, body) = get(addr, "/", "x-fetch-url: http://127.0.0.1:9/\r\n");
+    assert_eq!(status, 502);
+    assert!(body.contains("HttpRequestDenied"), "{body}");
+}
+
+#[test]
+fn a_p3_burn_does_not_stop_a_small_request_on_another_instance_of_the_worker() {
+    let config = config()
+        .fuel_limit(u64::MAX / 4)
+        .timeout(Duration::from_secs(60));
+    let (_rt, addr, host) = serve_p3("burn-p3", 1, config);
+    let burn = std::thread::spawn(move || get(addr, "/?n=2000000000", ""));
+    std::thread::sleep(Duration::from_millis(300)); // burning now
+    let started = Instant::now();
+    let (status, body) = get(addr, "/?n=1", "");
+    let took = started.elapsed();
+    assert_eq!(status, 200, "{body}");
+    assert!(!burn.is_finished(), "the burn should still be running");
+    assert!(
+        took < Duration::from_secs(2),
+        "waited {took:?} behind a burn"
+    );
+    // The burning instance was computing: the small one got its own.
+    assert_eq!(host.instances_made(), 2);
+    assert_eq!(burn.join().unwrap().0, 200);
+}
+
+/// The instance serial and most-in-flight a gate-p3 answer reports.
+fn gate_answer(body: &str) -> (usize, String) {
+    let mut words = body.split_whitespace();
+    assert_eq!(words.next(), Some("most"), "{body}");
+    let most = words.next().unwrap().parse().unwrap();
+    assert_eq!(words.next(), Some("instance"), "{body}");
+    (most, words.next().unwrap().to_string())
+}
+
+#[test]
+fn waiting_requests_interleave_on_one_instance_unless_the_guest_pushes_back() {
+    let (_rt, addr, _host) = serve_p3("gate-p3", 1, config());
+    // Without backpressure the four wait together in one instance.
+    let answers = concurrently(addr, "/slow?ms=400", 4);
+    assert!(answers.iter().all(|(s, _)| *s == 200), "{answers:?}");
+    let most = answers.iter().map(|(_, b)| gate_answer(b).0).max().unwrap();
+    assert!(most > 1, "never interleaved: {answers:?}");
+
+    // With it on while each waits, the host never starts a second call on
+    // a gated instance: every request finds an instance to itself.
+    let (_rt2, addr2, host2) = serve_p3("gate-p3", 1, config());
+    let answers = concurrently(addr2, "/slow?gate=1&ms=400", 4);
+    let parsed: Vec<_> = answers
+        .iter()
+        .map(|(s, b)| {
+            assert_eq!(*s, 200, "{b}");
+            gate_answer(b)
+        })
+        .collect();
+    assert!(parsed.iter().all(|(most, _)| *most == 1), "{answers:?}");
+    let serials: HashSet<_> = parsed.iter().map(|(_, s)| s.clone()).collect();
+    assert_eq!(serials.len(), 4, "{answers:?}");
+    assert_eq!(host2.instances_made(), 4);
+}
+
+#[test]
+fn instance_concurrency_1_serves_one_request_at_a_time_per_instance() {
+    let config = config().instance_concurrency(1);
+    let (_rt, addr, host) = serve_p3("gate-p3", 1, config);
+    let answers = concurrently(addr, "/slow?ms=300", 3);
+    assert!(
+        answers
+            .iter()
+            .all(|(s, b)| *s == 200 && gate_answer(b).0 == 1),
+        "{answers:?}"
+    );
+    assert_eq!(host.instances_made(), 3);
+    // And a reuse limit of 1: a fresh instance for each request.
+    let config = self::config().instance_reuse(1);
+    let (_rt2, addr2, host2) = serve_p3("hello-p3", 1, config);
+    for _ in 0..3 {
+        assert_eq!(get(addr2, "/", "").0, 200);
+    }
+    assert_eq!(host2.instances_made(), 3);
+}
+
+#[test]
+fn a_trap_fails_the_requests_of_its_instance_and_the_next_go_to_a_new_one() {
+    let (_rt, addr, host) = serve_p3("gate-p3", 1, config());
+    let (_, first) = get(addr, "/slow?ms=1", "");
+    let (_, before) = gate_answer(&first);
+    // Two requests waiting in the instance, then a trap in the same one.
+    let waiting: Vec<_> = (0..2)
+        .map(|_| std::thread::spawn(move || get(addr, "/slow?ms=1500", "")))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(get(addr, "/trap", "").0, 500);
+    for w in waiting {
+        assert_eq!(w.join().unwrap().0, 500, "an in-flight request survived");
+    }
+    let (status, next) = get(addr, "/slow?ms=1", "");
+    assert_eq!(status, 200);
+    let (_, after) = gate_answer(&next);
+    assert_ne!(before, after, "served by the trapped instance");
+    assert_eq!(host.instances_made(), 2);
+}
