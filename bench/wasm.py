@@ -18,12 +18,26 @@ Rows:
 
     python3 bench/wasm.py [--rounds 3] [--secs 5] [--only hello]
 
+With --suite p3, WASI 0.3 against WASI 0.2 (instances reused, several
+requests at once in one instance, both servers at their defaults):
+  hello     wrk -c50: hello-p3.wasm on spindle and on wasmtime serve,
+            hello.wasm (WASI 0.2) on spindle, and plain spindle-http
+            (bench/src/bin/http_server.rs) as the floor
+  parked    RSS and CPU while 1000 and 10000 requests each sleep 2 s in the
+            guest, and while they each wait on an outgoing request to a
+            local server that answers after 2 s: spindle p3, wasmtime p3,
+            spindle p2
+
+    python3 bench/wasm.py --suite p3 [--rounds 3] [--secs 5]
+
 wasmtime-cli is built once into target/wasmtime-cli (cargo install).
 """
 import argparse
 import asyncio
+import multiprocessing
 import os
 import re
+import resource
 import socket
 import statistics
 import subprocess
@@ -39,8 +53,13 @@ GUESTS = os.path.join(ROOT, "guests", "wasm")
 TICK = os.sysconf("SC_CLK_TCK")
 
 
+PLAIN = os.path.join(ROOT, "target", "release", "http_server")
+
+
 def build():
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "spindle-cli"], cwd=ROOT, check=True)
+    subprocess.run(["cargo", "build", "--release", "-q", "--bin", "http_server"], cwd=HERE, check=True,
+                   env=dict(os.environ, CARGO_TARGET_DIR=os.path.join(ROOT, "target")))
     if not os.path.exists(WASMTIME):
         subprocess.run(["cargo", "install", "-q", "wasmtime-cli", "--version", "48.0.8", "--locked",
                         "--root", os.path.dirname(os.path.dirname(WASMTIME))], check=True)
@@ -52,13 +71,19 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start(server, wasm, port, extra_allow=None):
-    """Starts a server on CPU 1 and waits until it answers TCP."""
+def start(server, wasm, port, extra_allow=None, max_concurrent=1100):
+    """Starts a server on CPU 1 and waits until it answers TCP. A `-p3`
+    server runs the WASI 0.3 build of `wasm`."""
+    if server.endswith("-p3"):
+        wasm = wasm.replace(".wasm", "-p3.wasm")
     app = os.path.join(GUESTS, wasm)
     env, stderr = None, subprocess.DEVNULL
-    if server.startswith("spindle"):
+    if server == "plain":
+        cmd = [PLAIN, "spindle", f"127.0.0.1:{port}"]
+    elif server.startswith("spindle"):
         cmd = [SPINDLE, "serve", app, "--listen", f"127.0.0.1:{port}", "--workers", "1",
-               "--max-concurrent", "1100", "--timeout", "60", "--fuel-limit", "100000000000000"]
+               "--max-concurrent", str(max_concurrent), "--timeout", "60",
+               "--fuel-limit", "100000000000000"]
         if extra_allow:
             cmd += ["--allow-outbound", extra_allow]
         if server in ("spindle-admin", "spindle-ops"):
@@ -135,6 +160,7 @@ def to_ms(text):
 def hello(server, secs):
     port = free_port()
     p = start(server, "hello.wasm", port)
+    time.sleep(0.2)
     url = f"http://127.0.0.1:{port}/"
     subprocess.run(["wrk", "-t1", "-c50", "-d1s", url], capture_output=True)
     c0 = cpu_seconds(p.pid)
@@ -185,20 +211,25 @@ def slow_upstream(port, delay):
         async with server:
             await server.serve_forever()
 
-    threading.Thread(target=lambda: asyncio.run(main()), daemon=True).start()
+    # A process of its own: with 10 000 requests its sockets and the
+    # client's would not fit under one descriptor limit.
+    multiprocessing.Process(target=lambda: asyncio.run(main()), daemon=True).start()
 
 
-def parked(server, kind, upstream_port):
+def parked(server, kind, upstream_port, n=1000):
     port = free_port()
+    cap = max(1100, n + n // 10)
     if kind == "sleep":
-        p = start(server, "sleep.wasm", port)
+        p = start(server, "sleep.wasm", port, max_concurrent=cap)
         path, headers = "/?ms=2000", ""
     else:
-        p = start(server, "fetch.wasm", port, extra_allow=f"127.0.0.1:{upstream_port}")
+        p = start(server, "fetch.wasm", port, extra_allow=f"127.0.0.1:{upstream_port}",
+                  max_concurrent=cap)
         path, headers = "/", f"x-fetch-url: http://127.0.0.1:{upstream_port}/\r\n"
     idle = rss_mib(p.pid)
     c0, t0 = thread_cpu(p.pid)
-    rss, ok = asyncio.run(_concurrent(port, path, headers, 1000, 1.5, p.pid))
+    # 10 000 connections take a while to open: sample later.
+    rss, ok = asyncio.run(_concurrent(port, path, headers, n, 1.5 if n <= 1000 else 1.8, p.pid))
     c1, t1 = thread_cpu(p.pid)
     stop(p)
     return {"idle_mib": idle, "rss_mib": rss, "ok": ok, "cpu_ms": (c1 - c0) * 1000,
@@ -250,13 +281,67 @@ def burn(server, secs):
             "loaded_p50": q(loaded, 0.5), "loaded_p99": q(loaded, 0.99)}
 
 
+def p3_suite(args, upstream_port):
+    hello_servers = ["spindle-p3", "wasmtime-p3", "spindle", "plain"]
+    parked_servers = ["spindle-p3", "wasmtime-p3", "spindle"]
+    loads = [(k, n) for n in (1000, 10000) for k in ("sleep", "outbound")]
+    res = {}
+    for r in range(args.rounds):
+        for s in (hello_servers if r % 2 == 0 else hello_servers[::-1]):
+            res.setdefault((s, "hello"), []).append(hello(s, args.secs))
+        for kind, n in loads:
+            for s in (parked_servers if r % 2 == 0 else parked_servers[::-1]):
+                res.setdefault((s, kind, n), []).append(parked(s, kind, upstream_port, n))
+        print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+
+    def med(key, f):
+        return statistics.median(x[f] for x in res[key])
+
+    names = {"spindle-p3": "spindle serve, hello-p3 (WASI 0.3)",
+             "wasmtime-p3": "wasmtime serve 48.0.8, hello-p3 (WASI 0.3)",
+             "spindle": "spindle serve, hello (WASI 0.2)",
+             "plain": "plain spindle-http (no guest)"}
+    print(f"\n{args.rounds} interleaved rounds; server on CPU 1, load on CPU 0; medians.\n")
+    print("**hello, wrk -c50**\n")
+    print("| server | requests/s | p99 ms | CPU µs/request | non-2xx |")
+    print("|---|---|---|---|---|")
+    for s in hello_servers:
+        k = (s, "hello")
+        print(f"| {names[s]} | {med(k, 'rps'):.0f} | {med(k, 'p99'):.2f} | {med(k, 'cpu_us'):.1f} | "
+              f"{med(k, 'errors'):.0f} |")
+    base = med(("spindle-p3", "hello"), "cpu_us")
+    print(f"\nCPU per request: wasmtime p3 / spindle p3 {med(('wasmtime-p3', 'hello'), 'cpu_us') / base:.2f}×, "
+          f"spindle p2 / spindle p3 {med(('spindle', 'hello'), 'cpu_us') / base:.2f}×, "
+          f"spindle p3 / plain spindle-http {base / med(('plain', 'hello'), 'cpu_us'):.2f}×")
+    pnames = {"spindle-p3": "spindle p3", "wasmtime-p3": "wasmtime serve p3", "spindle": "spindle p2"}
+    print("\n**Parked requests** (RSS in MiB while all are parked, idle = before; KiB per request "
+          "= (RSS − idle) / n; CPU ms for the whole burst, tokio = threads named tokio-*)\n")
+    print("| load | server | idle | RSS | KiB/request | answered | CPU ms | tokio ms |")
+    print("|---|---|---|---|---|---|---|---|")
+    for kind, n in loads:
+        what = f"{n} × {'sleep 2 s' if kind == 'sleep' else 'outgoing to a 2 s server'}"
+        for s in parked_servers:
+            k = (s, kind, n)
+            per = (med(k, 'rss_mib') - med(k, 'idle_mib')) * 1024 / n
+            print(f"| {what} | {pnames[s]} | {med(k, 'idle_mib'):.1f} | {med(k, 'rss_mib'):.1f} | "
+                  f"{per:.1f} | {med(k, 'ok'):.0f} | {med(k, 'cpu_ms'):.0f} | {med(k, 'tokio_ms'):.0f} |")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--secs", type=int, default=5)
     ap.add_argument("--only", default="", help="hello: the hello rows alone")
+    ap.add_argument("--suite", default="p2", choices=["p2", "p3"])
     args = ap.parse_args()
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     build()
+    if args.suite == "p3":
+        upstream_port = free_port()
+        slow_upstream(upstream_port, 2.0)
+        p3_suite(args, upstream_port)
+        return
     upstream_port = free_port()
     slow_upstream(upstream_port, 2.0)
     servers = ["spindle", "wasmtime"]

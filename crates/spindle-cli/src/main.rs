@@ -28,7 +28,9 @@ const EXIT_TRAP: u8 = 134;
     version,
     about = "spindle — colourless concurrency for WebAssembly guests",
     long_about = "spindle — colourless concurrency for WebAssembly guests.\n\n\
-        serve: answers HTTP with wasi:http/proxy components, one fiber per request. \
+        serve: answers HTTP with wasi:http components: WASI 0.2 (wasi:http/proxy, an instance \
+        per request) or WASI 0.3 (wasi:http/service, one instance serving up to \
+        --max-instance-concurrency requests at once), one fiber per request. \
         Without APP or --app it serves the built-in hello component. It prints the address \
         it listens on; Ctrl-C (or SIGTERM) drains: readiness fails, no new connections, \
         requests in flight get --drain-timeout to finish.\n\n\
@@ -126,6 +128,19 @@ struct LimitArgs {
     /// Wall-clock deadline of one request in seconds; past it, 500
     #[arg(long, value_name = "SECS", default_value = "30", value_parser = seconds, env = "SPINDLE_TIMEOUT")]
     timeout: Duration,
+    /// Requests one instance serves in all before it is dropped (1: a
+    /// fresh instance per request). A WASI 0.2 component reuses its
+    /// instance one request after another [default: 128 for WASI 0.3,
+    /// 1 for WASI 0.2]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), env = "SPINDLE_MAX_INSTANCE_REUSE")]
+    max_instance_reuse: Option<u64>,
+    /// Requests one WASI 0.3 instance serves at once (1: never
+    /// interleaved, for guests that break when they are)
+    #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..), env = "SPINDLE_MAX_INSTANCE_CONCURRENCY")]
+    max_instance_concurrency: u64,
+    /// Seconds an instance with nothing to do is kept for reuse
+    #[arg(long, value_name = "SECS", default_value = "1", value_parser = seconds_or_zero, env = "SPINDLE_IDLE_INSTANCE_TIMEOUT")]
+    idle_instance_timeout: Duration,
 }
 
 /// What guests may reach and see.
@@ -234,12 +249,18 @@ fn main() -> ExitCode {
 impl LimitArgs {
     /// These limits on top of `config`.
     fn apply(&self, config: HostConfig) -> HostConfig {
-        config
+        let config = config
             .max_concurrent(self.max_concurrent)
             .fuel_yield_interval(self.fuel_yield)
             .fuel_limit(self.fuel_limit)
             .memory_limit(self.memory_limit)
             .timeout(self.timeout)
+            .instance_concurrency(self.max_instance_concurrency as usize)
+            .instance_idle_timeout(self.idle_instance_timeout);
+        match self.max_instance_reuse {
+            Some(n) => config.instance_reuse(n as usize),
+            None => config,
+        }
     }
 }
 

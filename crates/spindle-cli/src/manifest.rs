@@ -12,6 +12,8 @@
 //! memory_limit = "64M"
 //! allow_outbound = ["example.com:443"]
 //! env = { MODE = "production" }
+//! max_instance_concurrency = 1   # WASI 0.3: never interleave requests
+//! max_instance_reuse = 64
 //!
 //! [[component]]
 //! name = "site"
@@ -49,6 +51,9 @@ pub struct ComponentSpec {
     pub fuel_yield: Option<u64>,
     pub memory_limit: Option<String>,
     pub timeout: Option<f64>,
+    pub max_instance_reuse: Option<usize>,
+    pub max_instance_concurrency: Option<usize>,
+    pub idle_instance_timeout: Option<f64>,
     #[serde(default)]
     pub allow_outbound: Vec<String>,
     #[serde(default)]

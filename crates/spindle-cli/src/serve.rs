@@ -171,6 +171,16 @@ fn component_config(
     if let Some(t) = c.timeout {
         config = config.timeout(crate::seconds(&t.to_string()).map_err(what)?);
     }
+    if let Some(n) = c.max_instance_reuse {
+        config = config.instance_reuse(n);
+    }
+    if let Some(n) = c.max_instance_concurrency {
+        config = config.instance_concurrency(n);
+    }
+    if let Some(t) = c.idle_instance_timeout {
+        config =
+            config.instance_idle_timeout(crate::seconds_or_zero(&t.to_string()).map_err(what)?);
+    }
     for host in &c.allow_outbound {
         config = config.allow_outbound(host).map_err(what)?;
     }

@@ -158,6 +158,24 @@ impl Drop for LiveInstance {
     }
 }
 
+/// How many instances of a component may be alive at once: the pooling
+/// allocator's size. A WASI 0.2 instance serves one request at a time, so
+/// `max_concurrent` of them; a WASI 0.3 instance serves up to
+/// `instance_concurrency`, so twice the instances that many requests need
+/// at that packing (room for instances that compute alone, or drain after
+/// a deadline), plus 16. Reserving a slot costs address space (about 8 GiB
+/// each at the default memory settings), which is why this is not simply
+/// `max_concurrent` for both.
+pub(crate) fn instance_slots(config: &HostConfig, world: World) -> usize {
+    match world {
+        World::Proxy => config.max_concurrent,
+        World::Service => {
+            let packed = config.max_concurrent.div_ceil(config.instance_concurrency);
+            config.max_concurrent.min(packed * 2 + 16)
+        }
+    }
+}
+
 /// Builds the engine every guest of a host runs on.
 pub(crate) fn engine(config: &HostConfig, world: World) -> wasmtime::Result<Engine> {
     // wasmtime chains its own SIGSEGV handler to the one installed first:
@@ -171,7 +189,7 @@ pub(crate) fn engine(config: &HostConfig, world: World) -> wasmtime::Result<Engi
         World::Proxy => c.concurrency_support(false),
         World::Service => c.wasm_component_model_async(true),
     };
-    let n = u32::try_from(config.max_concurrent).unwrap_or(u32::MAX);
+    let n = u32::try_from(instance_slots(config, world)).unwrap_or(u32::MAX);
     let mut pool = PoolingAllocationConfig::new();
     pool.total_component_instances(n)
         .total_core_instances(n.saturating_mul(8))
@@ -231,7 +249,7 @@ impl Host {
                 next_id: AtomicU64::new(1),
                 instances: Arc::default(),
                 instances_made: Arc::default(),
-                pool: crate::service::Pool::default(),
+                pool: crate::service::Pool::new(instance_slots(&config, world)),
                 pre,
                 config,
             }),

@@ -32,8 +32,12 @@
 //! [`YieldWatch`]). A computing instance takes no more work, so a burst of
 //! CPU-bound requests spreads over instances, each yielding its worker at
 //! every fuel interval. [`Pool::submit`] gives a job to a waiting available
-//! instance, or starts a new instance with it when none is available; the
-//! `max_concurrent` admission ahead of the pool bounds how many can exist.
+//! instance, or starts a new instance with it when none is available — up
+//! to the pool's instance limit (the allocator's slots, see
+//! `host::instance_slots`); past it the job waits until an instance has
+//! room or one ends. A new instance counts as available from its start, so
+//! a burst of requests arriving before it first runs waits for it instead
+//! of each starting an instance of its own.
 //!
 //! # Deadlines, traps, fuel
 //!
@@ -85,10 +89,11 @@ pub(crate) struct Job {
 }
 
 /// Where requests wait for an instance, and which instances wait for one.
-#[derive(Default)]
 pub(crate) struct Pool {
     state: Mutex<PoolState>,
     next_instance: AtomicU64,
+    /// At most this many instances at once (the allocator's slots).
+    limit: usize,
 }
 
 #[derive(Default)]
@@ -96,34 +101,72 @@ struct PoolState {
     jobs: VecDeque<Job>,
     /// Instances that would take a job now.
     available: usize,
+    /// Instances alive (or starting).
+    live: usize,
     /// The wakers of available instances parked until a job comes.
     parked: Vec<(u64, Waker)>,
 }
 
+impl PoolState {
+    /// The first waiting job whose request fiber still waits (one that
+    /// passed its deadline in the queue was answered and dropped its end).
+    fn next_job(&mut self) -> Option<Job> {
+        while let Some(job) = self.jobs.pop_front() {
+            if !job.reply.is_canceled() {
+                return Some(job);
+            }
+        }
+        None
+    }
+}
+
 impl Pool {
+    pub(crate) fn new(limit: usize) -> Pool {
+        Pool {
+            state: Mutex::default(),
+            next_instance: AtomicU64::new(0),
+            limit: limit.max(1),
+        }
+    }
+
+    /// Starts an instance for the first waiting job if none is available
+    /// to take it and a slot is free. Called with the lock held; gives it
+    /// back.
+    fn start_for_waiting(host: &Arc<HostInner>, mut state: std::sync::MutexGuard<'_, PoolState>) {
+        if state.available > 0 || state.live >= host.pool.limit {
+            // Someone will take it, or an instance ending will start one.
+            if let Some((_, waker)) = (state.available > 0 && !state.jobs.is_empty())
+                .then(|| state.parked.pop())
+                .flatten()
+            {
+                drop(state);
+                waker.wake();
+            }
+            return;
+        }
+        let Some(job) = state.next_job() else {
+            return;
+        };
+        // Counted available from birth: the jobs that come before it has
+        // run wait for it instead of each starting an instance.
+        state.available += 1;
+        state.live += 1;
+        drop(state);
+        start_instance(host, job);
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
         // Nothing panics while holding the lock; a poisoned lock still
         // holds consistent state.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Hands `job` to an available instance, or to a new one if none is.
+    /// Hands `job` to an available instance, or to a new one if none is
+    /// (past the instance limit it waits for one to have room).
     fn submit(host: &Arc<HostInner>, job: Job) {
         let mut state = host.pool.lock();
-        if state.available == 0 {
-            // Counted available from birth: the jobs that come before it
-            // has run wait for it instead of each starting an instance.
-            state.available += 1;
-            drop(state);
-            start_instance(host, job);
-            return;
-        }
         state.jobs.push_back(job);
-        let parked = state.parked.pop();
-        drop(state);
-        if let Some((_, waker)) = parked {
-            waker.wake();
-        }
+        Pool::start_for_waiting(host, state);
     }
 
     /// Records whether instance `id` may take more jobs. When one stops
@@ -142,25 +185,25 @@ impl Pool {
         }
         state.available -= 1;
         state.parked.retain(|(i, _)| *i != id);
-        if state.jobs.is_empty() {
-            return;
+        Pool::start_for_waiting(host, state);
+    }
+
+    /// Instance `id` is gone (no longer available): its slot is free.
+    fn ended(host: &Arc<HostInner>, id: u64, available: &Cell<bool>) {
+        let mut state = host.pool.lock();
+        if available.replace(false) {
+            state.available -= 1;
+            state.parked.retain(|(i, _)| *i != id);
         }
-        if state.available == 0 {
-            let job = state.jobs.pop_front().expect("not empty");
-            state.available += 1;
-            drop(state);
-            start_instance(host, job);
-        } else if let Some((_, waker)) = state.parked.pop() {
-            drop(state);
-            waker.wake();
-        }
+        state.live -= 1;
+        Pool::start_for_waiting(host, state);
     }
 
     /// A waiting job for available instance `id`, or its waker parked
     /// until one comes.
     fn poll_job(&self, id: u64, cx: &mut Context<'_>) -> Poll<Job> {
         let mut state = self.lock();
-        if let Some(job) = state.jobs.pop_front() {
+        if let Some(job) = state.next_job() {
             state.parked.retain(|(i, _)| *i != id);
             return Poll::Ready(job);
         }
@@ -183,7 +226,7 @@ fn start_instance(host: &Arc<HostInner>, job: Job) {
         // The job went into the closure, which was dropped: its reply
         // channel closed, and the request is answered 500.
         tracing::warn!("no fiber for a new guest instance: {e}");
-        Pool::set_available(host, id, &Cell::new(true), false);
+        Pool::ended(host, id, &Cell::new(true));
     }
 }
 
@@ -434,7 +477,7 @@ fn run_instance(host: Arc<HostInner>, id: u64, first: Job) {
     }
 }
 
-/// Takes an instance out of the pool's available count when it ends.
+/// Takes an instance out of the pool's counts when it ends.
 struct AvailableGuard<'a> {
     host: &'a Arc<HostInner>,
     id: u64,
@@ -443,7 +486,7 @@ struct AvailableGuard<'a> {
 
 impl Drop for AvailableGuard<'_> {
     fn drop(&mut self) {
-        Pool::set_available(self.host, self.id, self.available, false);
+        Pool::ended(self.host, self.id, self.available);
     }
 }
 

@@ -305,3 +305,34 @@ fn a_trap_fails_the_requests_of_its_instance_and_the_next_go_to_a_new_one() {
     assert_ne!(before, after, "served by the trapped instance");
     assert_eq!(host.instances_made(), 2);
 }
+
+#[test]
+fn computing_requests_past_the_instance_limit_wait_for_room_instead_of_failing() {
+    // 100 requests at 16 per instance: 2 × 7 + 16 = 30 instance slots.
+    let config = config()
+        .max_concurrent(100)
+        .fuel_limit(u64::MAX / 4)
+        .timeout(Duration::from_secs(60));
+    let (_rt, addr, host) = serve_p3("burn-p3", 1, config);
+    let most = std::sync::Arc::new(AtomicUsize::new(0));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (most, done, host) = (most.clone(), done.clone(), host.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                most.fetch_max(host.instances(), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+    // Each computes alone in its instance (a computing instance takes no
+    // more), so 40 of them need more instances than there are slots.
+    let answers = concurrently(addr, "/?n=20000000", 40);
+    done.store(true, Ordering::Relaxed);
+    watcher.join().unwrap();
+    assert!(answers.iter().all(|(s, _)| *s == 200), "{answers:?}");
+    let most = most.load(Ordering::Relaxed);
+    eprintln!("most instances alive at once: {most}");
+    assert!(most <= 30, "{most} instances alive at once");
+    assert!(most > 1, "the burns never spread over instances");
+}
