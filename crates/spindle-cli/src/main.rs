@@ -17,6 +17,13 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use spindle_wasm::HostConfig;
 
+/// wasmtime's component-model machinery allocates and frees many small
+/// objects of many sizes per request; under glibc's malloc that churn fell
+/// to its slow path (a quarter of a WASI 0.3 request's CPU). mimalloc's
+/// per-thread free lists keep it cheap: see bench/RESULTS.md.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Exit status of `spindle run` when the guest traps (as a process killed
 /// by `SIGABRT`); 2 is a usage or startup error; anything else is the
 /// guest's own exit status.
@@ -91,6 +98,17 @@ fn init_logging(format: LogFormat) -> log_writer::FlushGuard {
         .with(general.with_filter(filter().and(not_access)))
         .with(access_log::AccessLog::new(json, writer).with_filter(filter()))
         .init();
+    // `init` forwards the `log` crate's records (wasmtime's) with every
+    // level let through; a filtered-out `log::trace!` should cost one
+    // comparison, not a trip through the subscriber.
+    log::set_max_level(match filter().max_level_hint() {
+        Some(tracing::level_filters::LevelFilter::OFF) => log::LevelFilter::Off,
+        Some(tracing::level_filters::LevelFilter::ERROR) => log::LevelFilter::Error,
+        Some(tracing::level_filters::LevelFilter::WARN) => log::LevelFilter::Warn,
+        Some(tracing::level_filters::LevelFilter::INFO) => log::LevelFilter::Info,
+        Some(tracing::level_filters::LevelFilter::DEBUG) => log::LevelFilter::Debug,
+        _ => log::LevelFilter::Trace,
+    });
     guard
 }
 

@@ -101,7 +101,15 @@ type SendFuture = Box<
         > + Send,
 >;
 
+/// The most a WASI 0.3 guest's body write hands the host at once
+/// (wasmtime's default, 1 MiB, is a 1 MiB allocation per body).
+const P3_BODY_CHUNK: usize = 8 << 10;
+
 impl WasiHttpHooks for OutboundHooks {
+    fn p3_outgoing_body_chunk_size(&mut self) -> usize {
+        P3_BODY_CHUNK
+    }
+
     fn send_request(
         &mut self,
         request: http::Request<WasiBody>,

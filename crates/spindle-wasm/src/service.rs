@@ -442,11 +442,18 @@ fn run_instance(host: Arc<HostInner>, id: u64, first: Job) {
             }
             // Polled from outside the loop: a task that holds the store
             // cannot stop this.
+            // One timer per instance: armed again only when the deadline
+            // moves earlier, or when it fires before a deadline that moved
+            // later (every accepted request moves it).
             let kill_at = status.kill_at.get();
-            if kill.deadline() != kill_at {
+            if kill_at < kill.deadline() {
                 kill = spindle::time::sleep_until_future(kill_at);
             }
-            if Pin::new(&mut kill).poll(cx).is_ready() {
+            while Pin::new(&mut kill).poll(cx).is_ready() {
+                if spindle::time::now() < kill_at {
+                    kill = spindle::time::sleep_until_future(kill_at);
+                    continue;
+                }
                 return Poll::Ready(if status.phase.get() == Phase::Idle {
                     Ok(())
                 } else {
@@ -681,13 +688,16 @@ const WHOLE_BODY_LIMIT: usize = 256 * 1024;
 /// The frames the guest has written already: `Ok(true)` if that was all.
 ///
 /// A guest usually returns its response first and writes the body from a
-/// task of its own right after, in the same turn of its instance's loop;
-/// one yield lets that turn finish (the instance fiber is most often on
-/// this worker), so a small body still goes out with a `Content-Length`.
+/// task of its own right after, a turn or two later in its instance's
+/// loop. A few yields let those turns run (the instance fiber is most often
+/// on this worker, and under load the yields run other requests' work), so
+/// a small body still goes out with a `Content-Length`, in one write with
+/// the head; a body still pending after them streams.
 fn take_ready(body: &mut WasiBody) -> (BytesMut, Result<bool, String>) {
+    const YIELDS: u32 = 8;
     let mut taken = BytesMut::new();
     let mut cx = Context::from_waker(Waker::noop());
-    let mut yielded = false;
+    let mut yields = 0;
     loop {
         match Pin::new(&mut *body).poll_frame(&mut cx) {
             Poll::Ready(Some(Ok(frame))) => {
@@ -700,8 +710,8 @@ fn take_ready(body: &mut WasiBody) -> (BytesMut, Result<bool, String>) {
             }
             Poll::Ready(Some(Err(e))) => return (taken, Err(format!("response body: {e:?}"))),
             Poll::Ready(None) => return (taken, Ok(true)),
-            Poll::Pending if !yielded => {
-                yielded = true;
+            Poll::Pending if yields < YIELDS => {
+                yields += 1;
                 spindle::yield_now();
             }
             Poll::Pending => return (taken, Ok(false)),

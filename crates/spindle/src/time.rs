@@ -18,10 +18,11 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use crate::poll::timer::TimerTarget;
+use crate::poll::timer::{TimerSlot, TimerTarget};
 use crate::sched::{park, worker};
 
 /// Sleeps for `duration`: parks the fiber (or blocks the thread).
@@ -210,11 +211,31 @@ pub fn sleep_until_future(deadline: Instant) -> Sleep {
     }
 }
 
-/// The future returned by [`sleep_future`].
-#[derive(Debug)]
+/// The future returned by [`sleep_future`]. Dropped before its deadline,
+/// it frees its waker at once: a request that finished in a millisecond
+/// does not keep its fiber's waker in the timer heap for the rest of a
+/// 30 s deadline.
 pub struct Sleep {
     deadline: Instant,
-    armed: Option<Waker>,
+    /// The armed timer's waker slot, once polled.
+    armed: Option<Arc<TimerSlot>>,
+}
+
+impl std::fmt::Debug for Sleep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sleep")
+            .field("deadline", &self.deadline)
+            .field("armed", &self.armed.is_some())
+            .finish()
+    }
+}
+
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        if let Some(slot) = self.armed.take() {
+            slot.clear();
+        }
+    }
 }
 
 impl Sleep {
@@ -231,21 +252,23 @@ impl Future for Sleep {
         if now() >= self.deadline {
             return Poll::Ready(());
         }
-        if self.armed.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+        if let Some(slot) = &self.armed {
+            // Armed already: a new waker goes into the same slot.
+            slot.set(cx.waker());
             return Poll::Pending;
         }
-        let waker = cx.waker().clone();
+        let slot = Arc::new(TimerSlot::new(cx.waker().clone()));
         let deadline = self.deadline;
         // The worker's own heap only while spindle's `block_on` polls us:
         // then the worker's loop (or the in-place poll) fires it. Any other
         // executor — off the runtime, or one that blocks a fiber's thread
         // without spindle knowing — gets the background poller's timers.
         if worker::in_block_on_poll() {
-            worker::arm_timer(deadline, TimerTarget::Waker(waker.clone()));
+            worker::arm_timer(deadline, TimerTarget::Waker(slot.clone()));
         } else {
-            crate::poll::background().arm(deadline, waker.clone());
+            crate::poll::background().arm(deadline, slot.clone());
         }
-        self.armed = Some(waker);
+        self.armed = Some(slot);
         Poll::Pending
     }
 }

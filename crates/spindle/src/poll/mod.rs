@@ -286,11 +286,11 @@ pub(crate) fn background() -> &'static Background {
 }
 
 impl Background {
-    /// Arms a timer that wakes `waker` at `deadline`.
-    pub(crate) fn arm(&self, deadline: Instant, waker: std::task::Waker) {
+    /// Arms a timer that wakes the waker in `slot` at `deadline`.
+    pub(crate) fn arm(&self, deadline: Instant, slot: std::sync::Arc<timer::TimerSlot>) {
         let mut t = self.timers.lock().unwrap_or_else(|e| e.into_inner());
         let earlier = t.next_deadline().is_none_or(|d| deadline < d);
-        t.arm(deadline, TimerTarget::Waker(waker));
+        t.arm(deadline, TimerTarget::Waker(slot));
         drop(t);
         if earlier {
             self.poller.notify();

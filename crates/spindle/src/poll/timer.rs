@@ -14,6 +14,14 @@
 //! is compacted when they outnumber the live ones, so a socket that re-arms a
 //! read timeout on every read cannot grow the heap without bound.
 //!
+//! A future's timer is a shared [`TimerSlot`] holding its waker: the future
+//! swaps in a new waker without arming again, and empties the slot when it
+//! is dropped, which frees the waker at once (a request's deadline must not
+//! keep its fiber's waker alive for the full timeout). Emptied slots are
+//! dead entries too; the heap drops them when compaction runs, which it
+//! does once the wakers armed since the last pass are half the heap — O(1)
+//! amortised per arm.
+//!
 //! Futures polled off any worker (`time::sleep_future` on a plain thread)
 //! use the heap of the process's background poller thread instead.
 
@@ -29,8 +37,54 @@ use crate::fiber::{Placement, Stamp};
 pub(crate) enum TimerTarget {
     /// A fiber's wait (fails it with `TimedOut` if still current).
     Fiber(WaitToken),
-    /// A future's waker.
-    Waker(Waker),
+    /// A future's waker, while the future still wants it.
+    Waker(std::sync::Arc<TimerSlot>),
+}
+
+/// The waker a future's timer wakes, shared by the heap entry and the
+/// future: empty once the future is done with it.
+#[derive(Default)]
+pub(crate) struct TimerSlot {
+    waker: std::sync::Mutex<Option<Waker>>,
+}
+
+impl TimerSlot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Waker>> {
+        // Only `Option` moves happen under the lock: never poisoned in a
+        // way that matters.
+        self.waker.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A slot holding `waker`.
+    pub(crate) fn new(waker: Waker) -> TimerSlot {
+        TimerSlot {
+            waker: std::sync::Mutex::new(Some(waker)),
+        }
+    }
+
+    /// Makes the timer wake `waker` (unless it wakes the same task
+    /// already). The timer stays armed.
+    pub(crate) fn set(&self, waker: &Waker) {
+        let mut slot = self.lock();
+        match slot.as_mut() {
+            Some(w) => w.clone_from(waker),
+            None => *slot = Some(waker.clone()),
+        }
+    }
+
+    /// The future is gone: the entry wakes nothing, and the waker is freed.
+    pub(crate) fn clear(&self) {
+        let waker = self.lock().take();
+        drop(waker);
+    }
+
+    fn take(&self) -> Option<Waker> {
+        self.lock().take()
+    }
+
+    fn is_live(&self) -> bool {
+        self.lock().is_some()
+    }
 }
 
 struct Entry {
@@ -66,10 +120,19 @@ pub(crate) struct TimerHeap {
     heap: BinaryHeap<Entry>,
     order: u64,
     dead: usize,
+    /// Future timers armed since the last compaction (their slots may
+    /// have been emptied since, unseen).
+    slots_armed: usize,
 }
 
 impl TimerHeap {
     pub(crate) fn arm(&mut self, deadline: Instant, target: TimerTarget) {
+        if matches!(target, TimerTarget::Waker(_)) {
+            self.slots_armed += 1;
+            if self.slots_armed > 1024 && self.slots_armed * 2 >= self.heap.len() {
+                self.compact();
+            }
+        }
         self.order += 1;
         self.heap.push(Entry {
             deadline,
@@ -114,7 +177,7 @@ impl TimerHeap {
                         self.dead = self.dead.saturating_sub(1);
                     }
                 }
-                TimerTarget::Waker(w) => wakers.push(w),
+                TimerTarget::Waker(slot) => wakers.extend(slot.take()),
             }
         }
         fired
@@ -124,16 +187,28 @@ impl TimerHeap {
     pub(crate) fn note_dead(&mut self) {
         self.dead += 1;
         if self.dead > 1024 && self.dead * 2 > self.heap.len() {
-            let entries = std::mem::take(&mut self.heap).into_vec();
-            self.heap = entries
-                .into_iter()
-                .filter(|e| match &e.target {
-                    TimerTarget::Fiber(token) => token.is_pending(),
-                    TimerTarget::Waker(_) => true,
-                })
-                .collect();
-            self.dead = 0;
+            self.compact();
         }
+    }
+
+    /// Drops the entries that can no longer wake anything.
+    fn compact(&mut self) {
+        let entries = std::mem::take(&mut self.heap).into_vec();
+        self.heap = entries
+            .into_iter()
+            .filter(|e| match &e.target {
+                TimerTarget::Fiber(token) => token.is_pending(),
+                TimerTarget::Waker(slot) => slot.is_live(),
+            })
+            .collect();
+        self.dead = 0;
+        self.slots_armed = 0;
+    }
+
+    /// Entries in the heap, live or dead (for tests).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.heap.len()
     }
 }
 
@@ -163,7 +238,10 @@ mod tests {
     }
 
     fn waker(label: u32, log: &Arc<Mutex<Vec<u32>>>) -> TimerTarget {
-        TimerTarget::Waker(Waker::from(Arc::new(Recorder(label, log.clone()))))
+        TimerTarget::Waker(Arc::new(TimerSlot::new(Waker::from(Arc::new(Recorder(
+            label,
+            log.clone(),
+        ))))))
     }
 
     #[test]
@@ -197,5 +275,47 @@ mod tests {
         }
         assert_eq!(fire(&mut heap, t0 + Duration::from_secs(1)), 100);
         assert_eq!(*log.lock().unwrap(), (0..100).collect::<Vec<u32>>());
+    }
+
+    #[test]
+    fn cleared_slots_leave_the_heap_and_free_their_wakers() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let mut heap = TimerHeap::default();
+        let t0 = Instant::now();
+        let far = t0 + Duration::from_secs(30);
+        // A request's deadline, armed and dropped, 100 000 times over.
+        let mut kept = Vec::new();
+        for i in 0..100_000u32 {
+            let waker = Waker::from(Arc::new(Recorder(i, log.clone())));
+            let slot = Arc::new(TimerSlot::new(waker));
+            heap.arm(far, TimerTarget::Waker(slot.clone()));
+            if i % 1000 == 0 {
+                kept.push(slot); // a few stay armed
+            } else {
+                slot.clear();
+            }
+        }
+        assert!(heap.len() < 3000, "{} entries left", heap.len());
+        // The cleared ones wake nothing; the kept ones still fire.
+        assert_eq!(fire(&mut heap, far), 100);
+        let fired = log.lock().unwrap().clone();
+        assert_eq!(fired, (0..100_000).step_by(1000).collect::<Vec<_>>());
+        assert_eq!(heap.len(), 0);
+    }
+
+    #[test]
+    fn a_slot_given_a_new_waker_wakes_that_one_without_arming_again() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let mut heap = TimerHeap::default();
+        let t0 = Instant::now();
+        let slot = Arc::new(TimerSlot::new(Waker::from(Arc::new(Recorder(
+            1,
+            log.clone(),
+        )))));
+        heap.arm(t0, TimerTarget::Waker(slot.clone()));
+        slot.set(&Waker::from(Arc::new(Recorder(2, log.clone()))));
+        assert_eq!(heap.len(), 1);
+        assert_eq!(fire(&mut heap, t0), 1);
+        assert_eq!(*log.lock().unwrap(), vec![2]);
     }
 }
