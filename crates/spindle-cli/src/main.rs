@@ -17,13 +17,6 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use spindle_wasm::HostConfig;
 
-/// wasmtime's component-model machinery allocates and frees many small
-/// objects of many sizes per request; under glibc's malloc that churn fell
-/// to its slow path (a quarter of a WASI 0.3 request's CPU). mimalloc's
-/// per-thread free lists keep it cheap: see bench/RESULTS.md.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Exit status of `spindle run` when the guest traps (as a process killed
 /// by `SIGABRT`); 2 is a usage or startup error; anything else is the
 /// guest's own exit status.

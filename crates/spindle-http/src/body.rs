@@ -64,6 +64,22 @@ impl Body {
         }
     }
 
+    /// Whether the body is known to hold no more bytes without reading:
+    /// an empty in-memory body, or a request body whose framing says none
+    /// (a `GET` without `Content-Length`) or that has been read to its end.
+    ///
+    /// ```
+    /// assert!(spindle_http::Body::empty().is_end());
+    /// assert!(!spindle_http::Body::from("x").is_end());
+    /// ```
+    pub fn is_end(&self) -> bool {
+        match &self.kind {
+            Kind::Full(b) => b.is_empty(),
+            Kind::Reader(_) => false,
+            Kind::Incoming(i) => i.lock().is_done(),
+        }
+    }
+
     /// Reads the rest of the body into a vector.
     pub fn into_vec(mut self) -> io::Result<Vec<u8>> {
         let mut v = Vec::new();
@@ -213,6 +229,7 @@ impl Incoming {
     }
 
     fn fill(&mut self) -> io::Result<usize> {
+        const READ_CHUNK: usize = 16 * 1024;
         // The first read of the body is what the client waits for a 100 for.
         self.send_continue(None)?;
         // Each read waits at most `per_read`, and never past the body's
@@ -228,15 +245,19 @@ impl Incoming {
             ));
         }
         self.conn.set_read_timeout(Some(left))?;
-        let mut tmp = [0u8; 16 * 1024];
-        let n = (&*self.conn).read(&mut tmp)?;
-        if n == 0 {
+        // Straight into the buffer (a stack array here would stay resident
+        // on the reading fiber's stack for its whole life).
+        let start = self.buf.len();
+        self.buf.resize(start + READ_CHUNK, 0);
+        let read = (&*self.conn).read(&mut self.buf[start..]);
+        let n = *read.as_ref().unwrap_or(&0);
+        self.buf.truncate(start + n);
+        if read? == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 "connection closed inside a request body",
             ));
         }
-        self.buf.extend_from_slice(&tmp[..n]);
         Ok(n)
     }
 

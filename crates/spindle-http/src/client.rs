@@ -680,9 +680,13 @@ impl ResponseReader {
             .conn
             .as_ref()
             .expect("a body being read has its connection");
-        let mut tmp = [0u8; 16384];
-        let k = read_before(conn, &mut tmp, self.deadline)?;
-        self.buf.extend_from_slice(&tmp[..k]);
+        // Straight into the buffer: a stack array would stay resident on
+        // the reading fiber's stack.
+        let start = self.buf.len();
+        self.buf.resize(start + 16384, 0);
+        let read = read_before(conn, &mut self.buf[start..], self.deadline);
+        self.buf.truncate(start + *read.as_ref().unwrap_or(&0));
+        let k = read?;
         Ok(k)
     }
 

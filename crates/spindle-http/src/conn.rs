@@ -391,6 +391,7 @@ const LINGER_TIME: Duration = Duration::from_secs(2);
 /// client reads the response, then EOF), then read and drop what the
 /// client still sends, up to [`LINGER_BYTES`] or [`LINGER_TIME`], then
 /// close. As Apache's `lingering_close` and nginx's `lingering_close`.
+#[inline(never)] // its buffer stays off the connection fiber's hot frames
 fn lingering_close(conn: &Stream) {
     let tcp = conn.tcp();
     if tcp.shutdown(std::net::Shutdown::Write).is_err() {
@@ -423,6 +424,14 @@ fn finish_body(inc: &mut Incoming) -> bool {
         // will come, and the connection cannot be reused.
         return false;
     }
+    drain_body(inc)
+}
+
+/// The rest of [`finish_body`], out of line: its buffer would otherwise be
+/// part of `Conn::serve`'s frame, and every page of a frame is touched on
+/// entry (stack probes) and stays resident for the connection's life.
+#[inline(never)]
+fn drain_body(inc: &mut Incoming) -> bool {
     let mut sink = [0u8; 8192];
     let mut drained = 0u64;
     loop {

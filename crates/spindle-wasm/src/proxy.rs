@@ -233,7 +233,8 @@ pub(crate) fn handle(host: &Arc<HostInner>, req: Request<Body>) -> Response<Body
 /// The request body as the guest sees it: nothing, or a channel that a
 /// pump fiber fills from the connection.
 pub(crate) fn request_body(body: Body) -> wasmtime_wasi_http::p2::body::HyperIncomingBody {
-    if body.as_bytes().is_some_and(<[u8]>::is_empty) {
+    if body.is_end() {
+        // Nothing to pump (a GET): no fiber for it.
         return Empty::<Bytes>::new()
             .map_err(|never| match never {})
             .boxed_unsync();

@@ -56,18 +56,39 @@ pub(crate) fn parse_request(
     buf: &mut BytesMut,
     limits: &Limits,
 ) -> Result<Option<ParsedRequest>, StatusCode> {
-    // Headers parse into an uninitialised array on the fiber's stack (no
-    // allocation, no zeroing); a larger configured limit uses the heap.
-    let mut on_stack = [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; 128];
+    let mut too_many = false;
+    let parsed = parse_into(buf, limits, false, &mut too_many);
+    if too_many && limits.max_headers > HEADERS_ON_STACK {
+        return parse_into(buf, limits, true, &mut too_many);
+    }
+    parsed
+}
+
+/// Header slots on the fiber's stack. Few, because every page a fiber's
+/// stack ever touches stays resident while its connection lives; a head
+/// with more headers (up to the configured limit) is parsed again with
+/// its slots on the heap.
+const HEADERS_ON_STACK: usize = 32;
+
+/// [`parse_request`] with its header slots on the stack, or on the heap
+/// (`heap`); `too_many` is set if there were more header lines than slots.
+fn parse_into(
+    buf: &mut BytesMut,
+    limits: &Limits,
+    heap: bool,
+    too_many: &mut bool,
+) -> Result<Option<ParsedRequest>, StatusCode> {
+    // Uninitialised slots: no allocation, no zeroing.
+    let mut on_stack =
+        [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; HEADERS_ON_STACK];
     let mut on_heap;
-    let slots: &mut [std::mem::MaybeUninit<httparse::Header<'_>>] =
-        if limits.max_headers <= on_stack.len() {
-            &mut on_stack[..limits.max_headers]
-        } else {
-            on_heap = Vec::with_capacity(limits.max_headers);
-            on_heap.resize_with(limits.max_headers, std::mem::MaybeUninit::uninit);
-            &mut on_heap[..]
-        };
+    let slots: &mut [std::mem::MaybeUninit<httparse::Header<'_>>] = if heap {
+        on_heap = Vec::with_capacity(limits.max_headers);
+        on_heap.resize_with(limits.max_headers, std::mem::MaybeUninit::uninit);
+        &mut on_heap[..]
+    } else {
+        &mut on_stack[..limits.max_headers.min(HEADERS_ON_STACK)]
+    };
     let mut req = httparse::Request::new(&mut []);
     let n = match req.parse_with_uninit_headers(buf, slots) {
         Ok(httparse::Status::Complete(n)) if n > limits.max_head_bytes => {
@@ -76,7 +97,8 @@ pub(crate) fn parse_request(
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return Ok(None),
         Err(httparse::Error::TooManyHeaders) => {
-            return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
+            *too_many = true;
+            return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
         }
         Err(httparse::Error::Version) => return Err(StatusCode::HTTP_VERSION_NOT_SUPPORTED),
         Err(_) => return Err(StatusCode::BAD_REQUEST),
@@ -176,4 +198,54 @@ pub(crate) fn parse_request(
         keep_alive: !close,
         expect_continue,
     }))
+}
+
+#[cfg(test)]
+mod header_slot_tests {
+    use super::*;
+
+    fn head_with(headers: usize) -> BytesMut {
+        let mut head = String::from("GET / HTTP/1.1\r\nHost: x\r\n");
+        for i in 1..headers {
+            head.push_str(&format!("x-h{i}: {i}\r\n"));
+        }
+        head.push_str("\r\n");
+        BytesMut::from(head.as_bytes())
+    }
+
+    fn limits(max_headers: usize) -> Limits {
+        Limits {
+            max_head_bytes: 64 << 10,
+            max_headers,
+            max_body_bytes: 1 << 20,
+        }
+    }
+
+    #[test]
+    fn more_headers_than_the_stack_slots_parse_on_the_heap_up_to_the_limit() {
+        for n in [1, HEADERS_ON_STACK, HEADERS_ON_STACK + 1, 100] {
+            let parsed = parse_request(&mut head_with(n), &limits(100))
+                .unwrap_or_else(|s| panic!("{n} headers: {s}"))
+                .expect("complete");
+            assert_eq!(parsed.request.headers().len(), n);
+            if n > 1 {
+                assert_eq!(parsed.request.headers()["x-h1"], "1", "{n} headers");
+            }
+        }
+        assert_eq!(
+            parse_request(&mut head_with(101), &limits(100)).err(),
+            Some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
+        );
+        assert_eq!(
+            parse_request(&mut head_with(17), &limits(16)).err(),
+            Some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
+        );
+        // A partial head with many headers is still just incomplete.
+        let mut partial = head_with(60);
+        partial.truncate(partial.len() - 2);
+        assert!(matches!(
+            parse_request(&mut partial, &limits(100)),
+            Ok(None)
+        ));
+    }
 }
