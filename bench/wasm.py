@@ -21,7 +21,8 @@ Rows:
 With --suite p3, WASI 0.3 against WASI 0.2 (instances reused, several
 requests at once in one instance, both servers at their defaults):
   hello     wrk -c50: hello-p3.wasm on spindle and on wasmtime serve,
-            hello.wasm (WASI 0.2) on spindle, and plain spindle-http
+            hello.wasm (WASI 0.2) on spindle, fresh per request and reused
+            (--max-instance-reuse 128), and plain spindle-http
             (bench/src/bin/http_server.rs) as the floor
   parked    RSS and CPU while 1000 and 10000 requests each sleep 2 s in the
             guest, and while 1000 and 9500 each wait on an outgoing request
@@ -29,7 +30,7 @@ requests at once in one instance, both servers at their defaults):
             the 20 000 descriptors a process may hold here): spindle p3,
             wasmtime p3, spindle p2
 
-    python3 bench/wasm.py --suite p3 [--rounds 3] [--secs 5]
+    python3 bench/wasm.py --suite p3 [--rounds 3] [--secs 5] [--before OLD/spindle]
 
 wasmtime-cli is built once into target/wasmtime-cli (cargo install).
 """
@@ -55,6 +56,9 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 
 PLAIN = os.path.join(ROOT, "target", "release", "http_server")
+# `--before BIN`: a `spindle` built from an earlier commit, for a
+# no-regression row beside today's.
+OLD_SPINDLE = None
 
 
 def build():
@@ -82,11 +86,14 @@ def start(server, wasm, port, extra_allow=None, max_concurrent=1100):
     if server == "plain":
         cmd = [PLAIN, "spindle", f"127.0.0.1:{port}"]
     elif server.startswith("spindle"):
-        cmd = [SPINDLE, "serve", app, "--listen", f"127.0.0.1:{port}", "--workers", "1",
+        binary = OLD_SPINDLE if server == "spindle-before" else SPINDLE
+        cmd = [binary, "serve", app, "--listen", f"127.0.0.1:{port}", "--workers", "1",
                "--max-concurrent", str(max_concurrent), "--timeout", "60",
                "--fuel-limit", "100000000000000"]
         if extra_allow:
             cmd += ["--allow-outbound", extra_allow]
+        if server == "spindle-reuse":
+            cmd += ["--max-instance-reuse", "128"]
         if server in ("spindle-admin", "spindle-ops"):
             cmd += ["--admin", f"127.0.0.1:{free_port()}"]
         if server == "spindle-ops":
@@ -288,7 +295,9 @@ def burn(server, secs):
 
 
 def p3_suite(args, upstream_port):
-    hello_servers = ["spindle-p3", "wasmtime-p3", "spindle", "plain"]
+    hello_servers = ["spindle-p3", "wasmtime-p3", "spindle", "spindle-reuse", "plain"]
+    if OLD_SPINDLE:
+        hello_servers.insert(3, "spindle-before")
     parked_servers = ["spindle-p3", "wasmtime-p3", "spindle"]
     # The server may hold 20 000 descriptors here (the hard limit): 9 500
     # requests with an outgoing connection each is the most that fits.
@@ -308,6 +317,8 @@ def p3_suite(args, upstream_port):
     names = {"spindle-p3": "spindle serve, hello-p3 (WASI 0.3)",
              "wasmtime-p3": "wasmtime serve 48.0.8, hello-p3 (WASI 0.3)",
              "spindle": "spindle serve, hello (WASI 0.2)",
+             "spindle-before": "spindle serve before WASI 0.3 support, hello (WASI 0.2)",
+             "spindle-reuse": "spindle serve, hello (WASI 0.2), --max-instance-reuse 128",
              "plain": "plain spindle-http (no guest)"}
     print(f"\n{args.rounds} interleaved rounds; server on CPU 1, load on CPU 0; medians.\n")
     print("**hello, wrk -c50**\n")
@@ -320,7 +331,12 @@ def p3_suite(args, upstream_port):
     base = med(("spindle-p3", "hello"), "cpu_us")
     print(f"\nCPU per request: wasmtime p3 / spindle p3 {med(('wasmtime-p3', 'hello'), 'cpu_us') / base:.2f}×, "
           f"spindle p2 / spindle p3 {med(('spindle', 'hello'), 'cpu_us') / base:.2f}×, "
-          f"spindle p3 / plain spindle-http {base / med(('plain', 'hello'), 'cpu_us'):.2f}×")
+          f"spindle p3 / plain spindle-http {base / med(('plain', 'hello'), 'cpu_us'):.2f}×, "
+          f"spindle p2 reused / plain spindle-http "
+          f"{med(('spindle-reuse', 'hello'), 'cpu_us') / med(('plain', 'hello'), 'cpu_us'):.2f}×")
+    if OLD_SPINDLE:
+        print(f"WASI 0.2 CPU per request, today / before: "
+              f"{med(('spindle', 'hello'), 'cpu_us') / med(('spindle-before', 'hello'), 'cpu_us'):.3f}×")
     pnames = {"spindle-p3": "spindle p3", "wasmtime-p3": "wasmtime serve p3", "spindle": "spindle p2"}
     print("\n**Parked requests** (RSS in MiB while all are parked, idle = before; KiB per request "
           "= (RSS − idle) / n; CPU ms for the whole burst, tokio = threads named tokio-*)\n")
@@ -341,7 +357,10 @@ def main():
     ap.add_argument("--secs", type=int, default=5)
     ap.add_argument("--only", default="", help="hello: the hello rows alone")
     ap.add_argument("--suite", default="p2", choices=["p2", "p3"])
+    ap.add_argument("--before", default=None, help="an earlier spindle binary (p3 suite: a WASI 0.2 row)")
     args = ap.parse_args()
+    global OLD_SPINDLE
+    OLD_SPINDLE = args.before
     # 10 000 parked requests with an outgoing request each hold 20 000
     # sockets in the server: raise the limit (root may pass the hard one).
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]

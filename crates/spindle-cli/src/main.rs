@@ -1,4 +1,5 @@
-//! `spindle`: serve `wasi:http/proxy` components and run `wasi:cli/run`
+//! `spindle`: serve `wasi:http` components (WASI 0.2 `wasi:http/proxy` and
+//! WASI 0.3 `wasi:http/service`) and run `wasi:cli/run`
 //! commands on Spindle fibers. `spindle serve --help` and
 //! `spindle run --help` explain every flag; each flag can also come from
 //! the environment variable named in its help (a flag on the command line
@@ -108,7 +109,7 @@ fn init_logging(format: LogFormat) -> log_writer::FlushGuard {
 #[derive(Subcommand)]
 enum Command {
     /// Serve HTTP with a component (or the components of an app manifest).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Run a wasi:cli/run command component.
     Run(RunArgs),
 }
@@ -242,7 +243,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse(); // a bad flag: a clear message and status 2
     let _log = init_logging(cli.log_format);
     let result = match cli.command {
-        Command::Serve(args) => serve::serve(args),
+        Command::Serve(args) => serve::serve(*args),
         Command::Run(args) => run(args),
     };
     match result {

@@ -242,3 +242,51 @@ fn a_command_that_traps_exits_134_not_the_usage_status() {
     let help = Command::new(SPINDLE).arg("--help").output().unwrap();
     assert!(String::from_utf8_lossy(&help.stdout).contains("134"));
 }
+
+#[test]
+fn serve_runs_a_wasi_0_3_component_with_its_instance_flags() {
+    // Concurrency 1: the three waiting requests cannot share an instance,
+    // so the gate guest (which reports the most requests it had in flight
+    // at once) answers "most 1" to each.
+    let (mut child, url) = serve(&[
+        &guest("gate-p3"),
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--max-instance-concurrency",
+        "1",
+        "--timeout",
+        "1",
+    ]);
+    let slow = format!("{url}slow?ms=300");
+    let threads: Vec<_> = (0..3)
+        .map(|_| {
+            let slow = slow.clone();
+            std::thread::spawn(move || curl(&slow))
+        })
+        .collect();
+    let answers: Vec<String> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    // A sleep past --timeout is cut off at the deadline on the idle worker.
+    let started = std::time::Instant::now();
+    let late = curl(&format!("{url}slow?ms=5000"));
+    let late_took = started.elapsed();
+    // And a trap is a 500 for that request alone.
+    let trapped = curl(&format!("{url}trap"));
+    let after = curl(&format!("{url}slow?ms=1"));
+    Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let _ = child.wait();
+    let err = stderr_of(&mut child);
+    for a in &answers {
+        assert!(a.starts_with("200 most 1 instance"), "{a} {err}");
+    }
+    assert!(late.starts_with("500"), "{late} {err}");
+    assert!(late_took < Duration::from_secs(10), "{late_took:?}");
+    assert!(trapped.starts_with("500"), "{trapped} {err}");
+    assert!(after.starts_with("200 most 1"), "{after} {err}");
+    assert!(err.contains("deadline exceeded"), "{err}");
+    assert!(err.contains("trap"), "{err}");
+}

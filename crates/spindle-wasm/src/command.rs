@@ -31,7 +31,9 @@ pub fn run_command(wasm: &[u8], args: &[String], config: HostConfig) -> wasmtime
     let engine = engine(&config, crate::World::Proxy)?;
     let component = Component::new(&engine, wasm)?;
     let pre = CommandPre::new(linker(&engine, crate::World::Proxy)?.instantiate_pre(&component)?)?;
-    let tag: Arc<str> = Arc::from(args.first().map(String::as_str).unwrap_or("command"));
+    let tag = crate::log::Tag::new(Arc::from(
+        args.first().map(String::as_str).unwrap_or("command"),
+    ));
     let mut wasi = WasiCtx::builder();
     wasi.inherit_stdio().envs(&config.env).args(args);
     let state = GuestState::new(&config, wasi.build(), spindle_http::Client::new(), tag);

@@ -44,6 +44,8 @@ pub(crate) struct GuestState {
     /// Counts this store among the host's live instances while it lives.
     pub(crate) _live: Option<LiveInstance>,
     pub(crate) hooks: OutboundHooks,
+    /// What this store's log lines name (renamed when it is reused).
+    pub(crate) tag: crate::log::Tag,
 }
 
 impl GuestState {
@@ -54,7 +56,7 @@ impl GuestState {
         config: &HostConfig,
         wasi: WasiCtx,
         client: spindle_http::Client,
-        tag: Arc<str>,
+        tag: crate::log::Tag,
     ) -> GuestState {
         GuestState {
             wasi,
@@ -65,8 +67,9 @@ impl GuestState {
             hooks: OutboundHooks {
                 allow: config.allow.clone(),
                 client,
-                tag,
+                tag: tag.clone(),
             },
+            tag,
         }
     }
 }
@@ -124,6 +127,8 @@ pub(crate) struct HostInner {
     pub(crate) instances_made: Arc<AtomicU64>,
     /// Where WASI 0.3 requests wait for an instance.
     pub(crate) pool: crate::service::Pool,
+    /// WASI 0.2 instances kept between requests (sequential reuse).
+    pub(crate) idle: crate::proxy::IdleInstances,
 }
 
 /// The pre-linked component, by world.
@@ -250,6 +255,7 @@ impl Host {
                 instances: Arc::default(),
                 instances_made: Arc::default(),
                 pool: crate::service::Pool::new(instance_slots(&config, world)),
+                idle: Default::default(),
                 pre,
                 config,
             }),

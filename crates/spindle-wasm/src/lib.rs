@@ -1,9 +1,12 @@
 //! spindle-wasm: a WebAssembly application host on Spindle fibers.
 //!
-//! It serves components of the standard `wasi:http/proxy` world — what
-//! `wasmtime serve` and Spin run — on [`spindle_http`]'s server, one fiber
-//! per request, and runs `wasi:cli/run` commands. A guest that waits (a
-//! clock, a stream, an outgoing request) suspends only its own fiber: the
+//! It serves components of the standard `wasi:http` worlds — what
+//! `wasmtime serve` and Spin run — on [`spindle_http`]'s server: WASI 0.2
+//! `wasi:http/proxy` with an instance per request on the request's fiber,
+//! and WASI 0.3 `wasi:http/service` with one instance serving many
+//! requests at once on an instance fiber ([`World`] tells them apart). It
+//! also runs `wasi:cli/run` commands. A guest that waits (a clock, a
+//! stream, an outgoing request) suspends only its own fiber or task: the
 //! worker goes on with the other requests.
 //!
 //! ```no_run
@@ -19,8 +22,11 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | `host` | [`Host`]: the engine (pooling allocator, fuel, code cache), the linker, admission |
-//! | `proxy` | one request through a guest: the exchange polled by `block_on`, body pumping and streaming, deadlines |
+//! | `world` | [`World`]: WASI 0.2 or 0.3, from the component's exports |
+//! | `host` | [`Host`]: the engine per world (pooling allocator, fuel, code cache), the linker, admission |
+//! | `proxy` | one WASI 0.2 request through a guest: the exchange polled by `block_on`, body pumping and streaming, deadlines |
+//! | `service` | WASI 0.3: instance fibers running `run_concurrent`, the pool that hands them requests, reuse and concurrency policy, deadlines and traps |
+//! | `clocks` | `wasi:clocks/monotonic-clock@0.3.0` waits on spindle's timers |
 //! | `outbound` | [`AllowList`] and the `send_request` hook onto spindle-http's client |
 //! | `command` | [`run_command`]: a `wasi:cli/run` component, like `wasmtime run` |
 //! | `log` | guest stdout/stderr into the host's log, prefixed by request |

@@ -16,15 +16,40 @@ use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 /// Lines longer than this are cut into pieces.
 const MAX_LINE: usize = 8 * 1024;
 
+/// What a store's log lines name: the request it serves now (a reused
+/// WASI 0.2 instance is renamed for each request), or its instance.
+#[derive(Clone)]
+pub(crate) struct Tag(Arc<std::sync::RwLock<Arc<str>>>);
+
+impl Tag {
+    pub(crate) fn new(name: Arc<str>) -> Tag {
+        Tag(Arc::new(std::sync::RwLock::new(name)))
+    }
+
+    pub(crate) fn set(&self, name: Arc<str>) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = name;
+    }
+
+    fn get(&self) -> Arc<str> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl std::fmt::Display for Tag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.get())
+    }
+}
+
 /// A guest output (`stdout` or `stderr`) that goes to the host's log.
 #[derive(Clone)]
 pub(crate) struct GuestLog {
-    tag: Arc<str>,
+    tag: Tag,
     stream: &'static str,
 }
 
 impl GuestLog {
-    pub(crate) fn new(tag: Arc<str>, stream: &'static str) -> GuestLog {
+    pub(crate) fn new(tag: Tag, stream: &'static str) -> GuestLog {
         GuestLog { tag, stream }
     }
 }

@@ -86,7 +86,7 @@ pub(crate) struct OutboundHooks {
     pub(crate) allow: std::sync::Arc<AllowList>,
     pub(crate) client: spindle_http::Client,
     /// A name for the log lines (the request or command).
-    pub(crate) tag: std::sync::Arc<str>,
+    pub(crate) tag: crate::log::Tag,
 }
 
 type SendFuture = Box<

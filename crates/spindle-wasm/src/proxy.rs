@@ -69,7 +69,91 @@ const WHOLE_BODY_LIMIT: usize = 256 * 1024;
 /// Request bodies are pumped in pieces of this size.
 const PUMP_CHUNK: usize = 16 * 1024;
 
-type CallFuture = Pin<Box<dyn Future<Output = wasmtime::Result<()>> + Send>>;
+/// The guest call: its result, and its store and instance if they may
+/// serve another request.
+type CallFuture =
+    Pin<Box<dyn Future<Output = (wasmtime::Result<()>, Option<IdleInstance>)> + Send>>;
+
+/// A WASI 0.2 store and instance between two requests (sequential reuse).
+pub(crate) struct IdleInstance {
+    store: Store<GuestState>,
+    proxy: wasmtime_wasi_http::p2::bindings::Proxy,
+    /// Requests it has served.
+    served: usize,
+    /// Since when it waits.
+    since: Instant,
+}
+
+/// The WASI 0.2 instances waiting for a request (`instance_reuse` > 1),
+/// most recently used last. A reaper fiber, alive only while the list is
+/// not empty, drops those idle past `instance_idle_timeout`.
+#[derive(Default)]
+pub(crate) struct IdleInstances {
+    list: std::sync::Mutex<Vec<IdleInstance>>,
+}
+
+impl IdleInstances {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<IdleInstance>> {
+        self.list.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The most recently used idle instance still within its idle time.
+    fn take(&self, config: &crate::HostConfig) -> Option<IdleInstance> {
+        if config.instance_reuse.unwrap_or(1) <= 1 {
+            return None;
+        }
+        let mut list = self.lock();
+        let idle = list.pop()?;
+        if idle.since.elapsed() < config.instance_idle_timeout {
+            return Some(idle);
+        }
+        // Those below are older still: drop them all (outside the lock).
+        let stale = std::mem::take(&mut *list);
+        drop(list);
+        drop((idle, stale));
+        None
+    }
+
+    /// Keeps `idle` for the next request; starts the reaper if it was the
+    /// first.
+    fn put(host: &Arc<HostInner>, idle: IdleInstance) {
+        let mut list = host.idle.lock();
+        let first = list.is_empty();
+        list.push(idle);
+        drop(list);
+        if first {
+            let weak = Arc::downgrade(host);
+            let _ = spindle::Builder::new()
+                .name("wasm-idle-reaper")
+                .spawn(move || reap(weak));
+        }
+    }
+}
+
+/// Drops idle instances past their idle time; ends when none is left.
+fn reap(host: std::sync::Weak<HostInner>) {
+    loop {
+        let Some(host) = host.upgrade() else { return };
+        let timeout = host.config.instance_idle_timeout;
+        let next = {
+            let mut list = host.idle.lock();
+            let stale = list
+                .iter()
+                .take_while(|i| i.since.elapsed() >= timeout)
+                .count();
+            let dropped: Vec<_> = list.drain(..stale).collect();
+            let next = list.first().map(|i| i.since + timeout);
+            drop(list);
+            drop(dropped);
+            next
+        };
+        drop(host);
+        match next {
+            Some(at) => spindle::time::sleep(at.saturating_duration_since(Instant::now())),
+            None => return,
+        }
+    }
+}
 type ResponseReceiver =
     tokio::sync::oneshot::Receiver<Result<http::Response<HyperOutgoingBody>, ErrorCode>>;
 
@@ -77,6 +161,7 @@ type ResponseReceiver =
 /// the log, `wasi:http` with the outbound hooks, fuel and memory limits.
 pub(crate) fn new_store(host: &HostInner, tag: Arc<str>, args: &[String]) -> Store<GuestState> {
     let config = &host.config;
+    let tag = crate::log::Tag::new(tag);
     let mut wasi = WasiCtx::builder();
     wasi.stdout(GuestLog::new(tag.clone(), "stdout"))
         .stderr(GuestLog::new(tag.clone(), "stderr"))
@@ -136,7 +221,18 @@ pub(crate) fn handle(host: &Arc<HostInner>, req: Request<Body>) -> Response<Body
         return plain(StatusCode::SERVICE_UNAVAILABLE, "server busy");
     };
     let deadline = Instant::now() + host.config.timeout;
-    let mut store = new_store(host, tag.clone(), &[]);
+    // A reused instance (sequential reuse, opted into) keeps its store:
+    // renamed for this request, its fuel budget and memory flag reset.
+    let (mut store, reused) = match host.idle.take(&host.config) {
+        Some(idle) => {
+            let mut store = idle.store;
+            store.data().tag.set(tag.clone());
+            store.data().limits.reset();
+            let _ = store.set_fuel(host.config.fuel_limit);
+            (store, Some((idle.proxy, idle.served)))
+        }
+        None => (new_store(host, tag.clone(), &[]), None),
+    };
     let memory_hit = store.data().limits.hit_flag();
 
     let (mut parts, body) = req.into_parts();
@@ -170,13 +266,30 @@ pub(crate) fn handle(host: &Arc<HostInner>, req: Request<Body>) -> Response<Body
     let started = Instant::now();
     let instantiated = Arc::new(std::sync::OnceLock::new());
     let mark = instantiated.clone();
+    let reuse = host.config.instance_reuse.unwrap_or(1);
     let call: CallFuture = Box::pin(async move {
-        let proxy = pre.instantiate_async(&mut store).await?;
+        let (proxy, served) = match reused {
+            Some(r) => r,
+            None => match pre.instantiate_async(&mut store).await {
+                Ok(proxy) => (proxy, 0),
+                Err(e) => return (Err(e), None),
+            },
+        };
         let _ = mark.set(Instant::now());
-        proxy
+        let result = proxy
             .wasi_http_incoming_handler()
             .call_handle(&mut store, guest_req, out)
-            .await
+            .await;
+        // Only a call that returned cleanly leaves a store fit for the
+        // next request (a trap poisons the instance).
+        let again = result.is_ok() && served + 1 < reuse;
+        let idle = again.then(|| IdleInstance {
+            store,
+            proxy,
+            served: served + 1,
+            since: Instant::now(),
+        });
+        (result, idle)
     });
     let mut exchange = Exchange {
         call: Some(call),
@@ -192,6 +305,7 @@ pub(crate) fn handle(host: &Arc<HostInner>, req: Request<Body>) -> Response<Body
             head: None,
         },
         observer: host.config.observer.0.clone(),
+        host: host.clone(),
         _admission: admission,
     };
 
@@ -305,6 +419,8 @@ struct Exchange {
     tag: Arc<str>,
     timing: Timing,
     observer: Option<Arc<dyn crate::Observer>>,
+    /// Where a store fit for reuse goes back.
+    host: Arc<HostInner>,
     _admission: Admission,
 }
 
@@ -340,8 +456,11 @@ impl Exchange {
             // ambient runtime while the guest runs.
             let polled =
                 wasmtime_wasi::runtime::with_ambient_tokio_runtime(|| call.as_mut().poll(cx));
-            if let Poll::Ready(result) = polled {
+            if let Poll::Ready((result, idle)) = polled {
                 self.call = None;
+                if let Some(idle) = idle {
+                    IdleInstances::put(&self.host, idle);
+                }
                 if let Err(e) = result {
                     if self.failure.is_none() {
                         self.outcome = classify(&e, self.memory_hit.load(Ordering::Relaxed));

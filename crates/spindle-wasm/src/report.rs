@@ -100,6 +100,11 @@ impl GuestLimits {
         }
     }
 
+    /// Forgets a refused growth (a reused store starts a new request).
+    pub(crate) fn reset(&self) {
+        self.hit.store(false, Ordering::Relaxed);
+    }
+
     /// Set once a growth past the limit was refused.
     pub(crate) fn hit_flag(&self) -> Arc<AtomicBool> {
         self.hit.clone()

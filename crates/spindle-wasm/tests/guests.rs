@@ -411,3 +411,44 @@ fn a_guest_that_writes_its_outgoing_body_after_the_response_head_is_served() {
     );
     assert!(started.elapsed() < Duration::from_secs(10));
 }
+
+#[test]
+fn a_wasi_0_2_instance_reused_sequentially_serves_in_turn_and_is_dropped_when_idle() {
+    let config = config()
+        .instance_reuse(3)
+        .instance_idle_timeout(Duration::from_millis(300));
+    let host = Host::new(&guest("hello"), config).unwrap();
+    let served = host.clone();
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let addr = rt.run(move || {
+        let server = spindle_http::Server::bind("127.0.0.1:0").unwrap();
+        let addr = server.local_addr().unwrap();
+        spindle::spawn(move || server.serve(move |req| served.handle(req)));
+        addr
+    });
+    // Seven in turn: instances of 3, 3 and 1 requests.
+    for _ in 0..7 {
+        assert_eq!(get(addr, "/", ""), (200, "Hello, World!".to_string()));
+    }
+    assert_eq!(host.instances_made(), 3);
+    // The last one waits for its idle time, then is dropped.
+    assert_eq!(host.instances(), 1);
+    let start = Instant::now();
+    while host.instances() > 0 {
+        assert!(start.elapsed() < Duration::from_secs(10), "never dropped");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A trap is never reused: the next request gets a fresh instance.
+    let trap = Host::new(&guest("trap"), self::config().instance_reuse(10)).unwrap();
+    let served = trap.clone();
+    let rt2 = Runtime::builder().workers(1).build().unwrap();
+    let addr2 = rt2.run(move || {
+        let server = spindle_http::Server::bind("127.0.0.1:0").unwrap();
+        let addr = server.local_addr().unwrap();
+        spindle::spawn(move || server.serve(move |req| served.handle(req)));
+        addr
+    });
+    assert_eq!(get(addr2, "/", "").0, 500);
+    assert_eq!(get(addr2, "/", "").0, 500);
+    assert_eq!(trap.instances_made(), 2);
+}
