@@ -306,11 +306,9 @@ fn run_instance(host: Arc<HostInner>, id: u64, first: Job) {
         None => return, // the request fiber answers its own deadline
     };
     first.fresh_instance.store(true, Ordering::Relaxed);
+    // The export asked whether the guest takes another concurrent call.
+    let func = *service.wasi_http_handler().func_handle().func();
     let proxy = Proxy::P3(service);
-    let Proxy::P3(guest) = &proxy else {
-        unreachable!()
-    };
-    let func = *guest.wasi_http_handler().func_handle().func();
     let reuse = config
         .instance_reuse
         .unwrap_or(crate::config::DEFAULT_INSTANCE_REUSE);
