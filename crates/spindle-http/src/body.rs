@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use spindle::sync::Mutex;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, Bytes};
 
+use crate::read_buf::ReadBuf;
 use crate::stream::Stream;
 
 /// An HTTP message body.
@@ -152,7 +153,7 @@ pub(crate) enum Framing {
 /// head, then the connection, delimited by its framing.
 pub(crate) struct Incoming {
     pub(crate) conn: Arc<Stream>,
-    pub(crate) buf: BytesMut,
+    pub(crate) buf: ReadBuf,
     remaining: u64,
     chunked: Option<chunked::Decoder>,
     limit: u64,
@@ -170,7 +171,7 @@ pub(crate) struct Incoming {
 impl Incoming {
     pub(crate) fn new(
         conn: Arc<Stream>,
-        buf: BytesMut,
+        buf: ReadBuf,
         framing: Framing,
         limit: u64,
         expect_continue: bool,
@@ -229,7 +230,6 @@ impl Incoming {
     }
 
     fn fill(&mut self) -> io::Result<usize> {
-        const READ_CHUNK: usize = 16 * 1024;
         // The first read of the body is what the client waits for a 100 for.
         self.send_continue(None)?;
         // Each read waits at most `per_read`, and never past the body's
@@ -245,14 +245,11 @@ impl Incoming {
             ));
         }
         self.conn.set_read_timeout(Some(left))?;
-        // Straight into the buffer (a stack array here would stay resident
-        // on the reading fiber's stack for its whole life).
-        let start = self.buf.len();
-        self.buf.resize(start + READ_CHUNK, 0);
-        let read = (&*self.conn).read(&mut self.buf[start..]);
-        let n = *read.as_ref().unwrap_or(&0);
-        self.buf.truncate(start + n);
-        if read? == 0 {
+        // Straight into the connection's buffer (a stack array here would
+        // stay resident on the reading fiber's stack for its whole life).
+        let conn = &self.conn;
+        let n = self.buf.fill_with(|free| (&**conn).read(free))?;
+        if n == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 "connection closed inside a request body",
@@ -279,21 +276,21 @@ impl Incoming {
         loop {
             let decoder = self.chunked.as_mut().expect("a chunked body");
             let (used, found) = decoder
-                .decode(&self.buf, out.len())
+                .decode(self.buf.bytes(), out.len())
                 .map_err(|e| e.into_io("body"))?;
             match found {
                 chunked::Decoded::Data { start, len } => {
-                    out[..len].copy_from_slice(&self.buf[start..start + len]);
-                    self.buf.advance(used);
+                    out[..len].copy_from_slice(&self.buf.bytes()[start..start + len]);
+                    self.buf.consume(used);
                     self.count(len)?;
                     return Ok(len);
                 }
                 chunked::Decoded::Done => {
-                    self.buf.advance(used);
+                    self.buf.consume(used);
                     return Ok(0);
                 }
                 chunked::Decoded::NeedMore => {
-                    self.buf.advance(used);
+                    self.buf.consume(used);
                     self.fill()?;
                 }
             }
@@ -319,8 +316,8 @@ impl Read for Incoming {
                 }
             }
             let n = (self.remaining as usize).min(self.buf.len()).min(out.len());
-            out[..n].copy_from_slice(&self.buf[..n]);
-            self.buf.advance(n);
+            out[..n].copy_from_slice(&self.buf.bytes()[..n]);
+            self.buf.consume(n);
             self.remaining -= n as u64;
             self.count(n).map(|_| n)
         };

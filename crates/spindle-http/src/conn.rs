@@ -22,7 +22,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
 use http::{Method, Request, Response, StatusCode, Version};
 use spindle::net::TcpStream;
 
@@ -30,6 +29,7 @@ use crate::body::{Body, Framing, Incoming};
 use crate::config::ServerConfig;
 use crate::h1::encode::{self, ResponseFraming};
 use crate::h1::request::{parse_request, Limits, RequestBody};
+use crate::read_buf::ReadBuf;
 use crate::stream::{Stream, TlsStream};
 
 /// Where a connection is in its request loop (for what a timeout means).
@@ -51,14 +51,12 @@ enum Phase {
 /// A server connection (see the module docs).
 pub(crate) struct Conn {
     stream: Arc<Stream>,
-    /// Bytes read and not yet parsed (a head, a pipelined request).
-    buf: BytesMut,
+    /// Bytes read and not yet parsed (a head, a pipelined request); it
+    /// holds no memory while a handler runs with nothing buffered.
+    buf: ReadBuf,
     /// Responses not yet written: pipelined requests are answered with one
     /// write for the batch, flushed before any read that may wait.
     out: Vec<u8>,
-    /// What each socket read lands in before it joins `buf`: zeroed once
-    /// per connection, not once per read as a stack array would be.
-    scratch: Vec<u8>,
     phase: Phase,
 }
 
@@ -66,9 +64,8 @@ impl Conn {
     fn new(stream: Stream) -> Conn {
         Conn {
             stream: Arc::new(stream),
-            buf: BytesMut::with_capacity(8 * 1024),
+            buf: ReadBuf::new(),
             out: Vec::new(),
-            scratch: vec![0u8; 8 * 1024],
             phase: Phase::Head,
         }
     }
@@ -131,6 +128,11 @@ impl Conn {
             let is_connect = req.method() == Method::CONNECT;
             let version = req.version();
             self.phase = Phase::Handler;
+            // Nothing pipelined behind a bodiless request: the buffer is
+            // not needed until the next read (see `read_buf`).
+            if incoming.is_none() {
+                self.buf.release();
+            }
             let result = panic::catch_unwind(AssertUnwindSafe(|| handler(req)));
             let response = match result {
                 Ok(r) => r,
@@ -217,12 +219,7 @@ impl Conn {
     /// or the head is refused). Its timeouts: `keep_alive_timeout` for the
     /// first byte, then `header_read_timeout` for the whole head.
     fn read_head(&mut self, config: &ServerConfig) -> Head {
-        let (conn, buf, out, scratch) = (
-            &self.stream,
-            &mut self.buf,
-            &mut self.out,
-            &mut self.scratch,
-        );
+        let (conn, buf, out) = (&self.stream, &mut self.buf, &mut self.out);
         // Idle until the head's first byte, then Head.
         let phase = &mut self.phase;
         *phase = if buf.is_empty() {
@@ -257,12 +254,9 @@ impl Conn {
                 return Head::Closed;
             }
             let _ = conn.set_read_timeout(Some(timeout));
-            match (&**conn).read(scratch) {
+            match buf.fill_with(|free| (&**conn).read(free)) {
                 Ok(0) | Err(_) => return Head::Closed,
-                Ok(n) => {
-                    buf.extend_from_slice(&scratch[..n]);
-                    *phase = Phase::Head;
-                }
+                Ok(_) => *phase = Phase::Head,
             }
         }
     }
@@ -335,19 +329,32 @@ impl Conn {
                 if is_head {
                     return Ok(());
                 }
-                let mut data = vec![0u8; 16 * 1024];
-                let mut frame = Vec::with_capacity(data.len() + 16);
-                loop {
-                    let n = reader.read(&mut data)?;
-                    if n == 0 {
-                        break;
-                    }
-                    frame.clear();
-                    encode::chunk(&mut frame, &data[..n]);
-                    c.write_all(&frame)?;
-                }
-                c.write_all(encode::LAST_CHUNK)
+                write_chunked(&mut reader, &mut c)
             }
+        }
+    }
+}
+
+/// Copies `reader` to `out` in the chunked coding, a chunk per read, each
+/// read straight into the buffer the chunk is sent from. The buffer starts
+/// small and doubles while reads fill it, up to 16 KiB: a short streamed
+/// answer costs 2 KiB, not a 16 KiB buffer zeroed per response.
+fn write_chunked(reader: &mut dyn Read, mut out: impl Write) -> io::Result<()> {
+    const FIRST: usize = 2 * 1024;
+    const MOST: usize = 16 * 1024;
+    let framing = encode::CHUNK_PREFIX + 2;
+    let mut buf = vec![0u8; FIRST + framing];
+    loop {
+        let room = buf.len() - framing;
+        let data = encode::CHUNK_PREFIX..encode::CHUNK_PREFIX + room;
+        let n = reader.read(&mut buf[data])?;
+        if n == 0 {
+            return out.write_all(encode::LAST_CHUNK);
+        }
+        let start = encode::frame_chunk_in_place(&mut buf, n);
+        out.write_all(&buf[start..encode::CHUNK_PREFIX + n + 2])?;
+        if n == room && room < MOST {
+            buf.resize((room * 2).min(MOST) + framing, 0);
         }
     }
 }
@@ -465,7 +472,7 @@ fn flush_to(conn: &Stream, out: &mut Vec<u8>) -> io::Result<()> {
 /// bytes are needed.
 fn parse(
     conn: &Arc<Stream>,
-    buf: &mut BytesMut,
+    buf: &mut ReadBuf,
     config: &ServerConfig,
 ) -> Result<Option<Head>, StatusCode> {
     let limits = Limits {
@@ -474,9 +481,10 @@ fn parse(
         max_body_bytes: config.max_body_bytes,
     };
     // The head's syntax and framing rules are in `h1::request`.
-    let Some(parsed) = parse_request(buf, &limits)? else {
+    let Some(parsed) = parse_request(buf.bytes(), &limits)? else {
         return Ok(None);
     };
+    buf.consume(parsed.head_len);
     let (parts, ()) = parsed.request.into_parts();
     let request = |body: Body| Request::from_parts(parts, body);
     let framing = match parsed.body {

@@ -54,8 +54,11 @@ pub fn request(input: &[u8]) -> Outcome {
             return Outcome::ended(messages);
         }
         let before = buf.len();
-        let parsed = match request::parse_request(&mut buf, &limits) {
-            Ok(Some(p)) => p,
+        let parsed = match request::parse_request(&buf, &limits) {
+            Ok(Some(p)) => {
+                let _ = buf.split_to(p.head_len);
+                p
+            }
             Ok(None) => return Outcome::ended(messages),
             Err(status) => return Outcome::refused(messages, status.to_string()),
         };

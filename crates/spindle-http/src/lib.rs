@@ -40,6 +40,7 @@ mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 mod h1;
+mod read_buf;
 mod server;
 mod stream;
 pub mod tls;

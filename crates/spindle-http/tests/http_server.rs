@@ -22,6 +22,17 @@ fn handler(req: Request<Body>) -> Response<Body> {
             .collect();
         return Response::new(Body::from_reader(std::io::Cursor::new(data)));
     }
+    if path == "/bytes" {
+        // `?n=N`: N bytes, `i % 251` each, streamed (chunked).
+        let n: usize = req
+            .uri()
+            .query()
+            .and_then(|q| q.strip_prefix("n="))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        let data: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+        return Response::new(Body::from_reader(std::io::Cursor::new(data)));
+    }
     if path == "/nocontent" {
         let mut r = Response::new(Body::empty());
         *r.status_mut() = spindle_http::StatusCode::NO_CONTENT;
@@ -188,6 +199,67 @@ fn pipelined_requests_are_answered_in_order() {
     let b = r.find("POST /two 3").expect("second");
     let c = r.find("GET /three 0").expect("third");
     assert!(a < b && b < c, "{r}");
+}
+
+/// The sender reads a streamed body straight into the buffer each chunk
+/// goes out from, which starts small and grows: every size around its
+/// steps must arrive whole and correctly framed to a strict client.
+#[test]
+fn streamed_bodies_of_every_size_around_the_buffer_steps_arrive_byte_exact() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let addr = start(&rt, ServerConfig::default());
+    let out = python(&format!(
+        r#"
+import http.client
+c = http.client.HTTPConnection("127.0.0.1", {port}, timeout=10)
+for n in [1, 2047, 2048, 2049, 4096, 4097, 16383, 16384, 16385, 100000]:
+    c.request("GET", "/bytes?n=%d" % n)
+    r = c.getresponse()
+    body = r.read()
+    assert r.getheader("transfer-encoding") == "chunked", r.getheaders()
+    assert body == bytes(i % 251 for i in range(n)), (n, len(body))
+print("ok")
+"#,
+        port = addr.port()
+    ));
+    assert_eq!(out.trim(), "ok");
+}
+
+/// The read buffer grows for a head bigger than it, keeps a pipelined
+/// request's bytes across a handler call, and reassembles heads that
+/// arrive a few bytes at a time.
+#[test]
+fn a_head_bigger_than_the_read_buffer_and_dripped_pipelined_heads_parse() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let addr = start(&rt, ServerConfig::default());
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.set_nodelay(true).unwrap();
+    let big = format!(
+        "GET /big HTTP/1.1\r\nHost: a\r\nX-Big: {}\r\n\r\n",
+        "b".repeat(20_000)
+    );
+    for piece in big.as_bytes().chunks(1500) {
+        s.write_all(piece).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // Two more requests in one write (pipelined), then a third dripped.
+    s.write_all(b"GET /p1 HTTP/1.1\r\nHost: a\r\n\r\nPOST /p2 HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhel")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    s.write_all(b"lo").unwrap();
+    for b in b"GET /last HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n" {
+        s.write_all(&[*b]).unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let r = String::from_utf8_lossy(&out);
+    let at = |what: &str| r.find(what).unwrap_or_else(|| panic!("no {what:?} in {r}"));
+    assert!(at("GET /big 0") < at("GET /p1 0"));
+    assert!(at("GET /p1 0") < at("POST /p2 5"));
+    assert!(at("POST /p2 5") < at("GET /last 0"));
+    assert_eq!(r.matches("HTTP/1.1 200").count(), 4, "{r}");
 }
 
 #[test]

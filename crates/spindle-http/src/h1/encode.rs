@@ -122,6 +122,33 @@ pub(crate) fn chunk(out: &mut Vec<u8>, data: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// Room [`frame_chunk_in_place`] needs before a chunk's data: 16 hex
+/// digits and CRLF.
+pub(crate) const CHUNK_PREFIX: usize = 18;
+
+/// Frames as one chunk the `n` bytes of data at `buf[CHUNK_PREFIX..]`:
+/// writes the size line just before them and CRLF just after (`buf` needs
+/// `CHUNK_PREFIX + n + 2` bytes; `n` must not be 0). Returns where the
+/// chunk starts: `buf[start..CHUNK_PREFIX + n + 2]` is the whole chunk. A
+/// streamed body is read straight into the buffer it is sent from, with no
+/// copy.
+pub(crate) fn frame_chunk_in_place(buf: &mut [u8], n: usize) -> usize {
+    debug_assert!(n > 0);
+    let end = CHUNK_PREFIX + n;
+    buf[end..end + 2].copy_from_slice(b"\r\n");
+    buf[CHUNK_PREFIX - 2..CHUNK_PREFIX].copy_from_slice(b"\r\n");
+    let mut at = CHUNK_PREFIX - 2;
+    let mut left = n as u64;
+    loop {
+        at -= 1;
+        buf[at] = b"0123456789abcdef"[(left % 16) as usize];
+        left /= 16;
+        if left == 0 {
+            return at;
+        }
+    }
+}
+
 /// The last chunk of a chunked body, with no trailers.
 pub(crate) const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
 
@@ -169,6 +196,19 @@ fn push_hex(out: &mut Vec<u8>, mut n: u64) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_chunk_framed_in_place_is_the_chunk_framed_by_copy() {
+        for n in [1usize, 9, 15, 16, 255, 256, 4096, 16 * 1024] {
+            let data: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+            let mut buf = vec![0u8; super::CHUNK_PREFIX + n + 2];
+            buf[super::CHUNK_PREFIX..super::CHUNK_PREFIX + n].copy_from_slice(&data);
+            let start = super::frame_chunk_in_place(&mut buf, n);
+            let mut copied = Vec::new();
+            super::chunk(&mut copied, &data);
+            assert_eq!(&buf[start..], &copied[..], "{n} bytes");
+        }
+    }
+
     use super::*;
     use http::HeaderValue;
 

@@ -7,7 +7,7 @@
 //! length cannot be known for certain is refused with 400, so nothing can
 //! be smuggled behind it.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::header::{self, HeaderName, HeaderValue};
 use http::{Method, Request, StatusCode, Uri, Version};
 
@@ -46,14 +46,20 @@ pub(crate) struct ParsedRequest {
     pub(crate) keep_alive: bool,
     /// `Expect: 100-continue` on an HTTP/1.1 request.
     pub(crate) expect_continue: bool,
+    /// Bytes of `buf` the head took: what follows is the body or the next
+    /// request.
+    pub(crate) head_len: usize,
 }
 
-/// Parses the request head at the start of `buf`. On success the head's
-/// bytes are split off `buf` (what follows — a body, a pipelined request —
-/// stays); `Ok(None)` means the head is not complete yet. An `Err` is the
-/// status to answer with before closing.
+/// Parses the request head at the start of `buf`. On success the request
+/// owns a copy of the head's bytes (its header values are slices of it)
+/// and [`ParsedRequest::head_len`] says how much of `buf` it took; what
+/// follows — a body, a pipelined request — is the caller's. The copy is
+/// what lets a connection hand its read buffer on while the request lives.
+/// `Ok(None)` means the head is not complete yet. An `Err` is the status to
+/// answer with before closing.
 pub(crate) fn parse_request(
-    buf: &mut BytesMut,
+    buf: &[u8],
     limits: &Limits,
 ) -> Result<Option<ParsedRequest>, StatusCode> {
     let mut too_many = false;
@@ -73,7 +79,7 @@ const HEADERS_ON_STACK: usize = 32;
 /// [`parse_request`] with its header slots on the stack, or on the heap
 /// (`heap`); `too_many` is set if there were more header lines than slots.
 fn parse_into(
-    buf: &mut BytesMut,
+    buf: &[u8],
     limits: &Limits,
     heap: bool,
     too_many: &mut bool,
@@ -134,7 +140,7 @@ fn parse_into(
             h.value.len() as u32,
         ];
     }
-    let head: Bytes = buf.split_to(n).freeze();
+    let head = Bytes::copy_from_slice(&buf[..n]);
     let path = &head[path_range.0..path_range.0 + path_range.1];
     let uri = if path == b"/" {
         // The commonest target needs no share of the head, nor parsing.
@@ -197,6 +203,7 @@ fn parse_into(
         body: framing,
         keep_alive: !close,
         expect_continue,
+        head_len: n,
     }))
 }
 
@@ -204,13 +211,13 @@ fn parse_into(
 mod header_slot_tests {
     use super::*;
 
-    fn head_with(headers: usize) -> BytesMut {
+    fn head_with(headers: usize) -> Vec<u8> {
         let mut head = String::from("GET / HTTP/1.1\r\nHost: x\r\n");
         for i in 1..headers {
             head.push_str(&format!("x-h{i}: {i}\r\n"));
         }
         head.push_str("\r\n");
-        BytesMut::from(head.as_bytes())
+        head.into_bytes()
     }
 
     fn limits(max_headers: usize) -> Limits {
@@ -224,7 +231,7 @@ mod header_slot_tests {
     #[test]
     fn more_headers_than_the_stack_slots_parse_on_the_heap_up_to_the_limit() {
         for n in [1, HEADERS_ON_STACK, HEADERS_ON_STACK + 1, 100] {
-            let parsed = parse_request(&mut head_with(n), &limits(100))
+            let parsed = parse_request(&head_with(n), &limits(100))
                 .unwrap_or_else(|s| panic!("{n} headers: {s}"))
                 .expect("complete");
             assert_eq!(parsed.request.headers().len(), n);
@@ -233,19 +240,16 @@ mod header_slot_tests {
             }
         }
         assert_eq!(
-            parse_request(&mut head_with(101), &limits(100)).err(),
+            parse_request(&head_with(101), &limits(100)).err(),
             Some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
         );
         assert_eq!(
-            parse_request(&mut head_with(17), &limits(16)).err(),
+            parse_request(&head_with(17), &limits(16)).err(),
             Some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
         );
         // A partial head with many headers is still just incomplete.
         let mut partial = head_with(60);
         partial.truncate(partial.len() - 2);
-        assert!(matches!(
-            parse_request(&mut partial, &limits(100)),
-            Ok(None)
-        ));
+        assert!(matches!(parse_request(&partial, &limits(100)), Ok(None)));
     }
 }
