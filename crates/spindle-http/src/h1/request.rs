@@ -140,6 +140,8 @@ fn parse_into(
             h.value.len() as u32,
         ];
     }
+    // A copy: the connection's read buffer is then free to be handed on
+    // while the request lives (see `read_buf`).
     let head = Bytes::copy_from_slice(&buf[..n]);
     let path = &head[path_range.0..path_range.0 + path_range.1];
     let uri = if path == b"/" {
@@ -225,6 +227,20 @@ mod header_slot_tests {
             max_head_bytes: 64 << 10,
             max_headers,
             max_body_bytes: 1 << 20,
+        }
+    }
+
+    #[test]
+    fn short_and_long_heads_keep_their_bytes_and_values() {
+        for n in [1, 3, 20, 200] {
+            let head = head_with(n);
+            let parsed = parse_request(&head, &limits(300)).unwrap().unwrap();
+            assert_eq!(parsed.head_len, head.len());
+            assert_eq!(parsed.request.headers()["host"], "x");
+            if n > 2 {
+                let last = format!("x-h{}", n - 1);
+                assert_eq!(parsed.request.headers()[last.as_str()], (n - 1).to_string());
+            }
         }
     }
 
