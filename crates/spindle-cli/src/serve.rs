@@ -304,9 +304,16 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode, String> {
     ])
     .map_err(|e| format!("signals: {e}"))?;
     let (delay, drain) = (args.shutdown_delay, args.drain_timeout);
+    // The drain ends the accept loop first, so `serving` returns while
+    // requests are still in flight: the runtime (and the process) must
+    // outlive them until the drain is done.
+    let (drained_tx, drained_rx) = std::sync::mpsc::channel::<()>();
+    let draining = Arc::new(AtomicBool::new(false));
+    let draining_flag = draining.clone();
     std::thread::spawn(move || {
         if signals.forever().next().is_some() {
             ready.store(false, Ordering::SeqCst);
+            draining_flag.store(true, Ordering::SeqCst);
             if !delay.is_zero() {
                 tracing::info!("not ready; draining in {:.1} s", delay.as_secs_f64());
                 std::thread::sleep(delay);
@@ -319,9 +326,14 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode, String> {
             if cancelled > 0 {
                 tracing::warn!("cancelled {cancelled} connections at the deadline");
             }
+            let _ = drained_tx.send(());
         }
     });
-    match serving.join() {
+    let served = serving.join();
+    if draining.load(Ordering::SeqCst) {
+        let _ = drained_rx.recv();
+    }
+    match served {
         Ok(Ok(())) => Ok(ExitCode::SUCCESS),
         Ok(Err(e)) => Err(format!("serving: {e}")),
         Err(e) => Err(format!("serving: {e}")),

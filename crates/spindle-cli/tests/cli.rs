@@ -104,6 +104,35 @@ fn serve_without_an_app_answers_hello_and_drains_on_ctrl_c() {
     assert!(err.contains("draining"), "{err}");
 }
 
+/// SIGTERM while guests are mid-request (WASI 0.2 and 0.3): the drain
+/// stops accepting, but the requests in flight are answered before the
+/// process exits — it used to exit as soon as the accept loop ended, and
+/// each client got an empty reply.
+#[test]
+fn sigterm_lets_guest_requests_in_flight_finish_before_exit() {
+    for app in ["sleep", "sleep-p3"] {
+        let (mut child, url) = serve(&[&guest(app), "--listen", "127.0.0.1:0", "--workers", "1"]);
+        let in_flight: Vec<_> = (0..3)
+            .map(|_| {
+                let url = format!("{url}?ms=1500");
+                std::thread::spawn(move || curl(&url))
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(500));
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        let status = child.wait().unwrap();
+        let err = stderr_of(&mut child);
+        for answer in in_flight {
+            assert_eq!(answer.join().unwrap(), "200 slept 1500 ms", "{app}: {err}");
+        }
+        assert!(status.success(), "{app}: {status:?} {err}");
+        assert!(!err.contains("leaked"), "{app}: {err}");
+    }
+}
+
 #[test]
 fn a_guests_sleep_and_the_request_deadline_fire_on_an_idle_worker() {
     // One worker and nothing else happening: only the timers can wake it.
