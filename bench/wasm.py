@@ -30,7 +30,7 @@ requests at once in one instance, both servers at their defaults):
             the 20 000 descriptors a process may hold here): spindle p3,
             wasmtime p3, spindle p2
 
-    python3 bench/wasm.py --suite p3 [--rounds 3] [--secs 5] [--before OLD/spindle]
+    python3 bench/wasm.py --suite p3 [--rounds 3] [--secs 5] [--only hello|parked] [--before OLD/spindle]
 
 wasmtime-cli is built once into target/wasmtime-cli (cargo install).
 """
@@ -190,25 +190,31 @@ def hello(server, secs):
 
 async def _concurrent(port, path, headers, n, pid):
     """n concurrent requests: (peak RSS while they were in flight, sampled
-    every 20 ms, and how many were answered 200)."""
+    every 20 ms, how many were answered 200, and the median and longest
+    time from a request's send to its answer). The latencies tell whether
+    the server held all n at once (about the upstream's 2 s each) or
+    served them in waves."""
     async def one():
         try:
             r, w = await asyncio.open_connection("127.0.0.1", port)
             w.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n{headers}Connection: close\r\n\r\n".encode())
             await w.drain()
+            sent = time.perf_counter()
             data = await asyncio.wait_for(r.read(), 60)
+            took = time.perf_counter() - sent
             w.close()
         except (OSError, asyncio.TimeoutError):
-            return b"error"
-        return data.split(b" ", 2)[1] if data else b"none"
+            return b"error", 0.0
+        return (data.split(b" ", 2)[1] if data else b"none"), took
 
     tasks = [asyncio.create_task(one()) for _ in range(n)]
     peak = 0.0
     while not all(t.done() for t in tasks):
         peak = max(peak, rss_mib(pid))
         await asyncio.sleep(0.02)
-    statuses = await asyncio.gather(*tasks)
-    return peak, sum(1 for s in statuses if s == b"200")
+    done = await asyncio.gather(*tasks)
+    took = sorted(t for s, t in done if s == b"200") or [float("nan")]
+    return peak, len(took) if took[0] == took[0] else 0, statistics.median(took), took[-1]
 
 
 def slow_upstream(port, delay):
@@ -244,10 +250,11 @@ def parked(server, kind, upstream_port, n=1000):
         path, headers = "/", f"x-fetch-url: http://127.0.0.1:{upstream_port}/\r\n"
     idle = rss_mib(p.pid)
     c0, t0 = thread_cpu(p.pid)
-    rss, ok = asyncio.run(_concurrent(port, path, headers, n, p.pid))
+    rss, ok, p50, slowest = asyncio.run(_concurrent(port, path, headers, n, p.pid))
     c1, t1 = thread_cpu(p.pid)
     stop(p)
-    return {"idle_mib": idle, "rss_mib": rss, "ok": ok, "cpu_ms": (c1 - c0) * 1000,
+    return {"idle_mib": idle, "rss_mib": rss, "ok": ok, "p50_s": p50, "max_s": slowest,
+            "cpu_ms": (c1 - c0) * 1000,
             "tokio_ms": (t1 - t0) * 1000}
 
 
@@ -307,8 +314,9 @@ def p3_suite(args, upstream_port):
     res = {}
     for r in range(args.rounds):
         for s in (hello_servers if r % 2 == 0 else hello_servers[::-1]):
-            res.setdefault((s, "hello"), []).append(hello(s, args.secs))
-        for kind, n in loads:
+            if args.only in ("", "hello"):
+                res.setdefault((s, "hello"), []).append(hello(s, args.secs))
+        for kind, n in loads if args.only in ("", "parked") else []:
             for s in (parked_servers if r % 2 == 0 else parked_servers[::-1]):
                 res.setdefault((s, kind, n), []).append(parked(s, kind, upstream_port, n))
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
@@ -316,13 +324,20 @@ def p3_suite(args, upstream_port):
     def med(key, f):
         return statistics.median(x[f] for x in res[key])
 
+    print(f"\n{args.rounds} interleaved rounds; server on CPU 1, load on CPU 0; medians.\n")
+    if args.only in ("", "hello"):
+        p3_hello_table(args, res, hello_servers, med)
+    if args.only in ("", "parked"):
+        p3_parked_table(res, loads, parked_servers, med)
+
+
+def p3_hello_table(args, res, hello_servers, med):
     names = {"spindle-p3": "spindle serve, hello-p3 (WASI 0.3)",
              "wasmtime-p3": "wasmtime serve 48.0.8, hello-p3 (WASI 0.3)",
              "spindle": "spindle serve, hello (WASI 0.2)",
              "spindle-before": "spindle serve before WASI 0.3 support, hello (WASI 0.2)",
              "spindle-reuse": "spindle serve, hello (WASI 0.2), --max-instance-reuse 128",
              "plain": "plain spindle-http (no guest)"}
-    print(f"\n{args.rounds} interleaved rounds; server on CPU 1, load on CPU 0; medians.\n")
     print("**hello, wrk -c50**\n")
     print("| server | requests/s | p99 ms | CPU µs/request | non-2xx |")
     print("|---|---|---|---|---|")
@@ -339,25 +354,31 @@ def p3_suite(args, upstream_port):
     if OLD_SPINDLE:
         print(f"WASI 0.2 CPU per request, today / before: "
               f"{med(('spindle', 'hello'), 'cpu_us') / med(('spindle-before', 'hello'), 'cpu_us'):.3f}×")
+
+
+def p3_parked_table(res, loads, parked_servers, med):
     pnames = {"spindle-p3": "spindle p3", "wasmtime-p3": "wasmtime serve p3", "spindle": "spindle p2"}
     print("\n**Parked requests** (peak RSS in MiB while they are in flight, idle = before; KiB per "
-          "request = (peak − idle) / n; CPU ms for the whole burst, tokio = threads named tokio-*)\n")
-    print("| load | server | idle | RSS | KiB/request | answered | CPU ms | tokio ms |")
-    print("|---|---|---|---|---|---|---|---|")
+          "request = (peak − idle) / n; answer = seconds from a request's send to its answer, median "
+          "and longest: about 2 s when all n are held at once; CPU ms for the whole burst, tokio = "
+          "threads named tokio-*)\n")
+    print("| load | server | idle | RSS | KiB/request | answered | answer p50 s | answer max s | CPU ms | tokio ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for kind, n in loads:
         what = f"{n} × {'sleep 2 s' if kind == 'sleep' else 'outgoing to a 2 s server'}"
         for s in parked_servers:
             k = (s, kind, n)
             per = (med(k, 'rss_mib') - med(k, 'idle_mib')) * 1024 / n
             print(f"| {what} | {pnames[s]} | {med(k, 'idle_mib'):.1f} | {med(k, 'rss_mib'):.1f} | "
-                  f"{per:.1f} | {med(k, 'ok'):.0f} | {med(k, 'cpu_ms'):.0f} | {med(k, 'tokio_ms'):.0f} |")
+                  f"{per:.1f} | {med(k, 'ok'):.0f} | {med(k, 'p50_s'):.2f} | {med(k, 'max_s'):.2f} | "
+                  f"{med(k, 'cpu_ms'):.0f} | {med(k, 'tokio_ms'):.0f} |")
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--secs", type=int, default=5)
-    ap.add_argument("--only", default="", help="hello: the hello rows alone")
+    ap.add_argument("--only", default="", help="hello: the hello rows alone (with --suite p3: hello or parked)")
     ap.add_argument("--suite", default="p2", choices=["p2", "p3"])
     ap.add_argument("--before", default=None, help="an earlier spindle binary (p3 suite: a WASI 0.2 row)")
     args = ap.parse_args()

@@ -22,7 +22,9 @@
 //! | module | what |
 //! |---|---|
 //! | `h1` | the HTTP/1.1 codec, pure functions over bytes shared by both roles: request and response heads, framing, the chunked decoder |
-//! | `server` | the accept loop, a connection's request loop, responses, lingering close after an error |
+//! | `server` | the accept loop, admission, the registry of connections, drain |
+//! | `conn` | a connection's request loop: phases and their timeouts, responses, lingering close after an error |
+//! | `read_buf` | a connection's read buffer: reads in place, handed back to a per-thread cache while a handler runs |
 //! | `body` | [`Body`]: streamed request bodies (length or chunked), whole or streamed responses |
 //! | `client` | [`Client`]: `http://` and `https://` requests with a keep-alive pool per origin; response bodies stream from the connection |
 //! | `error` | [`Error`] and [`ErrorKind`]: what a client request failed on |
