@@ -16,6 +16,7 @@ use crate::h1::chunked;
 use crate::h1::encode;
 use crate::h1::framing::BodyFraming;
 use crate::h1::response;
+use crate::read_buf::ReadBuf;
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::sync::{Arc, Mutex};
@@ -270,11 +271,19 @@ impl Client {
         if !https {
             return Ok(Stream::Plain(tcp));
         }
+        self.handshake(tcp, host, left(started))
+    }
+
+    /// The TLS half of [`connect`](Self::connect), out of line: its frames
+    /// are large, and every stack page a fiber touches stays resident while
+    /// it waits, so a plain connection must not pay for them.
+    #[inline(never)]
+    fn handshake(&self, tcp: TcpStream, host: &str, left: Duration) -> Result<Stream, Error> {
         let io = |e| Error::new(ErrorKind::Io, e);
-        tcp.set_read_timeout(Some(left(started))).map_err(io)?;
-        tcp.set_write_timeout(Some(left(started))).map_err(io)?;
+        tcp.set_read_timeout(Some(left)).map_err(io)?;
+        tcp.set_write_timeout(Some(left)).map_err(io)?;
         let name =
-            rustls::pki_types::ServerName::try_from(host.clone()).map_err(invalid_request)?;
+            rustls::pki_types::ServerName::try_from(host.to_string()).map_err(invalid_request)?;
         let config = self
             .tls
             .clone()
@@ -375,10 +384,11 @@ impl Client {
         deadline: Deadline,
     ) -> io::Result<Response<Body>> {
         let conn: &Stream = &stream;
-        let mut buf: Vec<u8> = Vec::with_capacity(4096);
-        let mut tmp = [0u8; 8192];
+        // Read in place (no stack array: the pages a fiber's stack touches
+        // stay resident while it waits for the body).
+        let mut buf = ReadBuf::new();
         loop {
-            let n = match read_before(conn, &mut tmp, deadline) {
+            match buf.fill_with(|free| read_before(conn, free, deadline)) {
                 Ok(0) if buf.is_empty() => {
                     return Err(io::Error::new(io::ErrorKind::UnexpectedEof, NoResponse))
                 }
@@ -391,23 +401,22 @@ impl Client {
                         "truncated response head",
                     ))
                 }
-                Ok(n) => n,
+                Ok(_) => {}
                 Err(e) => return Err(e),
-            };
-            buf.extend_from_slice(&tmp[..n]);
+            }
             // The head's syntax and framing rules are in `h1::response`,
             // which shares `h1::framing` with the server.
-            let head = match response::parse_response(&buf, *method == Method::HEAD) {
+            let head = match response::parse_response(buf.bytes(), *method == Method::HEAD) {
                 Ok(Some(head)) => head,
                 Ok(None) => continue,
                 Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string())),
             };
             if head.status.is_informational() {
                 // 100 Continue and friends: skip, read the real response.
-                buf.drain(..head.len);
+                buf.consume(head.len);
                 continue;
             }
-            let rest = buf.split_off(head.len);
+            let rest = buf.bytes()[head.len..].to_vec();
             let keep_alive = head.keep_alive;
             let framing = head.framing;
             let mut builder = Response::builder()

@@ -83,6 +83,19 @@ impl Conn {
         let Some(tls) = tls else {
             return Some(Conn::new(Stream::Plain(conn)));
         };
+        Conn::handshake(conn, tls, config)
+    }
+
+    /// The TLS half of [`establish`](Self::establish), out of line: its
+    /// frames are large, and every stack page a connection's fiber touches
+    /// stays resident for the connection's life, so a plain connection must
+    /// not pay for them.
+    #[inline(never)]
+    fn handshake(
+        conn: TcpStream,
+        tls: Arc<rustls::ServerConfig>,
+        config: &ServerConfig,
+    ) -> Option<Conn> {
         let _ = conn.set_read_timeout(Some(config.header_read_timeout));
         let session = rustls::ServerConnection::new(tls).ok()?;
         let stream = TlsStream::handshake(conn, session).ok()?;

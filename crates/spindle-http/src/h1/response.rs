@@ -56,8 +56,30 @@ pub(crate) fn parse_response(
     input: &[u8],
     to_head: bool,
 ) -> Result<Option<ResponseHead>, HeadError> {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut resp = httparse::Response::new(&mut headers);
+    let mut too_many = false;
+    let on_stack = &mut [httparse::EMPTY_HEADER; HEADERS_ON_STACK];
+    let parsed = parse_with(input, to_head, on_stack, &mut too_many);
+    if too_many {
+        let on_heap = &mut vec![httparse::EMPTY_HEADER; MAX_HEADERS];
+        return parse_with(input, to_head, on_heap, &mut too_many);
+    }
+    parsed
+}
+
+/// Header slots on the fiber's stack: few, because every stack page a
+/// fiber touches stays resident while it waits (for the body, say); a
+/// response with more headers is parsed again with [`MAX_HEADERS`] slots
+/// on the heap.
+const HEADERS_ON_STACK: usize = 32;
+
+/// [`parse_response`] into `headers`; `too_many` is set if they ran out.
+fn parse_with<'b>(
+    input: &'b [u8],
+    to_head: bool,
+    headers: &mut [httparse::Header<'b>],
+    too_many: &mut bool,
+) -> Result<Option<ResponseHead>, HeadError> {
+    let mut resp = httparse::Response::new(headers);
     let len = match resp.parse(input) {
         Ok(httparse::Status::Complete(len)) if len > MAX_HEAD_BYTES => {
             return Err(HeadError::TooLarge)
@@ -67,7 +89,10 @@ pub(crate) fn parse_response(
             return Err(HeadError::TooLarge)
         }
         Ok(httparse::Status::Partial) => return Ok(None),
-        Err(e) => return Err(HeadError::Malformed(e.to_string())),
+        Err(e) => {
+            *too_many = e == httparse::Error::TooManyHeaders;
+            return Err(HeadError::Malformed(e.to_string()));
+        }
     };
     let status = StatusCode::from_u16(resp.code.unwrap_or(0))
         .map_err(|e| HeadError::Malformed(e.to_string()))?;
@@ -107,6 +132,25 @@ pub(crate) fn parse_response(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn more_headers_than_the_stack_slots_parse_on_the_heap_up_to_the_limit() {
+        let head = |n: usize| {
+            let mut h = String::from("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n");
+            for i in 1..n {
+                h.push_str(&format!("x-h{i}: {i}\r\n"));
+            }
+            h + "\r\n"
+        };
+        for n in [1, HEADERS_ON_STACK, HEADERS_ON_STACK + 1, MAX_HEADERS] {
+            let parsed = parse_response(head(n).as_bytes(), false).unwrap().unwrap();
+            assert_eq!(parsed.headers.len(), n, "{n} headers");
+        }
+        assert!(matches!(
+            parse_response(head(MAX_HEADERS + 1).as_bytes(), false),
+            Err(HeadError::Malformed(_))
+        ));
+    }
 
     fn parse(input: &[u8]) -> Result<Option<ResponseHead>, HeadError> {
         parse_response(input, false)
