@@ -547,7 +547,7 @@ impl Wake for YieldWatch {
 pub(crate) fn handle(host: &Arc<HostInner>, req: Request<Body>) -> Response<Body> {
     let (pending, answer) = match submit(host, req) {
         Ok(submitted) => submitted,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let answer = wait(answer, pending.deadline);
     finish(host, pending, answer)
@@ -592,7 +592,7 @@ fn report(
 fn submit(
     host: &Arc<HostInner>,
     req: Request<Body>,
-) -> Result<(Pending, oneshot::Receiver<Reply>), Response<Body>> {
+) -> Result<(Pending, oneshot::Receiver<Reply>), Box<Response<Body>>> {
     let queue_start = Instant::now();
     let admission = Admission::take(host);
     let queue_wait = queue_start.elapsed();
@@ -611,10 +611,8 @@ fn submit(
             "503, all {} guest slots busy",
             host.config.max_concurrent
         );
-        return Err(crate::proxy::plain(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "server busy",
-        ));
+        let busy = crate::proxy::plain(StatusCode::SERVICE_UNAVAILABLE, "server busy");
+        return Err(Box::new(busy));
     };
     let started = Instant::now();
     let deadline = spindle::time::now() + host.config.timeout;
@@ -631,7 +629,8 @@ fn submit(
                 Duration::ZERO,
             );
             tracing::warn!(request = %tag, "400, no usable authority");
-            return Err(crate::proxy::plain(StatusCode::BAD_REQUEST, "bad request"));
+            let bad = crate::proxy::plain(StatusCode::BAD_REQUEST, "bad request");
+            return Err(Box::new(bad));
         }
     }
     let request = http::Request::from_parts(parts, crate::proxy::request_body(body));
