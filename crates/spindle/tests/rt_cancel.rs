@@ -59,8 +59,11 @@ fn cancelling_ten_thousand_fibers_in_every_kind_of_wait() {
                             assert!(spindle::is_cancelled(&r.unwrap_err()));
                         }
                         _ => {
+                            // Long enough to outlast the cancel under an
+                            // emulator too (at 200 ms, QEMU's slower spawns
+                            // let some finish first: 7 918 cancelled).
                             spindle::blocking::run(|| {
-                                std::thread::sleep(Duration::from_millis(200))
+                                std::thread::sleep(Duration::from_millis(3000))
                             });
                         }
                     }
