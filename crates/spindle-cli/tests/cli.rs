@@ -66,6 +66,17 @@ fn stderr_of(child: &mut std::process::Child) -> String {
     err
 }
 
+/// Stops the child in order (SIGINT: it drains and writes its log out)
+/// and returns its stderr.
+fn stop(child: &mut std::process::Child) -> String {
+    Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let _ = child.wait();
+    stderr_of(child)
+}
+
 /// `"CODE BODY"` of a GET with curl, bounded by `--max-time 15`.
 fn curl(url: &str) -> String {
     let out = Command::new("curl")
@@ -152,12 +163,7 @@ fn a_guests_sleep_and_the_request_deadline_fire_on_an_idle_worker() {
     let long = curl(&format!("{url}?ms=5000"));
     let long_took = started.elapsed();
     // An orderly stop, so the log is written out before we read it.
-    Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    let _ = child.wait();
-    let err = stderr_of(&mut child);
+    let err = stop(&mut child);
     assert_eq!(short, "200 slept 200 ms", "{err}");
     // A guest that sleeps past `--timeout` is cut off by the deadline (not
     // answered 200 when something else wakes the worker), and the client
@@ -303,12 +309,7 @@ fn serve_runs_a_wasi_0_3_component_with_its_instance_flags() {
     // And a trap is a 500 for that request alone.
     let trapped = curl(&format!("{url}trap"));
     let after = curl(&format!("{url}slow?ms=1"));
-    Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    let _ = child.wait();
-    let err = stderr_of(&mut child);
+    let err = stop(&mut child);
     for a in &answers {
         assert!(a.starts_with("200 most 1 instance"), "{a} {err}");
     }
