@@ -327,3 +327,52 @@ impl Read for Incoming {
         r
     }
 }
+
+/// Which side of [`write_chunked`] failed.
+pub(crate) enum ChunkedError {
+    /// Reading the body.
+    Read(io::Error),
+    /// Writing to the connection.
+    Write(io::Error),
+}
+
+impl ChunkedError {
+    pub(crate) fn into_io(self) -> io::Error {
+        match self {
+            ChunkedError::Read(e) | ChunkedError::Write(e) => e,
+        }
+    }
+}
+
+/// Copies `reader` to `out` in the chunked coding, a chunk per read, each
+/// read straight into the buffer the chunk is sent from, then the last
+/// chunk. The buffer starts small and doubles while reads fill it, up to
+/// 16 KiB: a short streamed body costs 2 KiB, not a 16 KiB buffer zeroed
+/// per message. Used by both roles: a server's streamed response, a
+/// client's streamed request body.
+pub(crate) fn write_chunked(
+    reader: &mut dyn Read,
+    mut out: impl std::io::Write,
+) -> Result<(), ChunkedError> {
+    use crate::h1::encode;
+    const FIRST: usize = 2 * 1024;
+    const MOST: usize = 16 * 1024;
+    let framing = encode::CHUNK_PREFIX + 2;
+    let mut buf = vec![0u8; FIRST + framing];
+    loop {
+        let room = buf.len() - framing;
+        let data = encode::CHUNK_PREFIX..encode::CHUNK_PREFIX + room;
+        let n = reader.read(&mut buf[data]).map_err(ChunkedError::Read)?;
+        if n == 0 {
+            return out
+                .write_all(encode::LAST_CHUNK)
+                .map_err(ChunkedError::Write);
+        }
+        let start = encode::frame_chunk_in_place(&mut buf, n);
+        out.write_all(&buf[start..encode::CHUNK_PREFIX + n + 2])
+            .map_err(ChunkedError::Write)?;
+        if n == room && room < MOST {
+            buf.resize((room * 2).min(MOST) + framing, 0);
+        }
+    }
+}

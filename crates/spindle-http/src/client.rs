@@ -28,7 +28,7 @@ use spindle::net::TcpStream;
 
 use crate::stream::{Stream, TlsStream};
 
-use crate::body::Body;
+use crate::body::{write_chunked, Body, ChunkedError};
 use crate::error::{Error, ErrorKind};
 
 /// Where a pooled connection goes: scheme is `https`, host, port.
@@ -532,25 +532,9 @@ fn fresh_connection_error(e: io::Error) -> Error {
 /// part for the whole; if the connection fails, the reader of the
 /// response hears about it.
 fn pump_chunked(body: &mut Body, conn: &Stream) {
-    let mut data = vec![0u8; 16 * 1024];
-    let mut frame = Vec::with_capacity(data.len() + 16);
-    let mut c = conn;
-    loop {
-        let n = match body.read(&mut data) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(_) => {
-                let _ = conn.tcp().shutdown(std::net::Shutdown::Write);
-                return;
-            }
-        };
-        frame.clear();
-        encode::chunk(&mut frame, &data[..n]);
-        if c.write_all(&frame).is_err() {
-            return;
-        }
+    if let Err(ChunkedError::Read(_)) = write_chunked(body, conn) {
+        let _ = conn.tcp().shutdown(std::net::Shutdown::Write);
     }
-    let _ = c.write_all(encode::LAST_CHUNK);
 }
 
 /// A response body's connection: its own (it may go back to the pool), or

@@ -25,7 +25,7 @@ use std::time::Duration;
 use http::{Method, Request, Response, StatusCode, Version};
 use spindle::net::TcpStream;
 
-use crate::body::{Body, Framing, Incoming};
+use crate::body::{write_chunked, Body, ChunkedError, Framing, Incoming};
 use crate::config::ServerConfig;
 use crate::h1::encode::{self, ResponseFraming};
 use crate::h1::request::{parse_request, Limits, RequestBody};
@@ -342,32 +342,8 @@ impl Conn {
                 if is_head {
                     return Ok(());
                 }
-                write_chunked(&mut reader, &mut c)
+                write_chunked(&mut reader, &mut c).map_err(ChunkedError::into_io)
             }
-        }
-    }
-}
-
-/// Copies `reader` to `out` in the chunked coding, a chunk per read, each
-/// read straight into the buffer the chunk is sent from. The buffer starts
-/// small and doubles while reads fill it, up to 16 KiB: a short streamed
-/// answer costs 2 KiB, not a 16 KiB buffer zeroed per response.
-fn write_chunked(reader: &mut dyn Read, mut out: impl Write) -> io::Result<()> {
-    const FIRST: usize = 2 * 1024;
-    const MOST: usize = 16 * 1024;
-    let framing = encode::CHUNK_PREFIX + 2;
-    let mut buf = vec![0u8; FIRST + framing];
-    loop {
-        let room = buf.len() - framing;
-        let data = encode::CHUNK_PREFIX..encode::CHUNK_PREFIX + room;
-        let n = reader.read(&mut buf[data])?;
-        if n == 0 {
-            return out.write_all(encode::LAST_CHUNK);
-        }
-        let start = encode::frame_chunk_in_place(&mut buf, n);
-        out.write_all(&buf[start..encode::CHUNK_PREFIX + n + 2])?;
-        if n == room && room < MOST {
-            buf.resize((room * 2).min(MOST) + framing, 0);
         }
     }
 }

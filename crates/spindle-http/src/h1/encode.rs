@@ -114,6 +114,7 @@ pub(crate) fn request_head(
 
 /// One chunk of a chunked body (`data` must not be empty: that is the
 /// last chunk, [`LAST_CHUNK`]).
+#[cfg(test)] // the reference the in-place framing is tested against
 pub(crate) fn chunk(out: &mut Vec<u8>, data: &[u8]) {
     debug_assert!(!data.is_empty());
     push_hex(out, data.len() as u64);
@@ -180,6 +181,7 @@ pub(crate) fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
     out.extend_from_slice(&digits[at..]);
 }
 
+#[cfg(test)]
 fn push_hex(out: &mut Vec<u8>, mut n: u64) {
     let mut digits = [0u8; 16];
     let mut at = digits.len();
