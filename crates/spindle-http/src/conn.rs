@@ -124,13 +124,16 @@ impl Conn {
                 let _ = self.flush();
                 return; // draining: no new request on an idle connection
             }
-            let head = self.read_head(config);
+            // Filled in place: a request is large, and each move of it
+            // was a copy.
+            let mut req = Request::new(Body::empty());
+            let head = self.read_head(config, &mut req);
             if is_idle {
                 is_idle = false;
                 idle.store(false, Ordering::SeqCst);
             }
-            let (req, keep_alive, incoming) = match head {
-                Head::Request(r, k, i) => (r, k, i),
+            let (keep_alive, incoming) = match head {
+                Head::Request(k, i) => (k, i),
                 Head::Closed => {
                     let _ = self.flush();
                     return;
@@ -231,7 +234,7 @@ impl Conn {
     /// Reads until a whole request head is in (or the connection closes,
     /// or the head is refused). Its timeouts: `keep_alive_timeout` for the
     /// first byte, then `header_read_timeout` for the whole head.
-    fn read_head(&mut self, config: &ServerConfig) -> Head {
+    fn read_head(&mut self, config: &ServerConfig, request: &mut Request<Body>) -> Head {
         let (conn, buf, out) = (&self.stream, &mut self.buf, &mut self.out);
         // Idle until the head's first byte, then Head.
         let phase = &mut self.phase;
@@ -243,7 +246,7 @@ impl Conn {
         let mut deadline = None;
         loop {
             if !buf.is_empty() {
-                match parse(conn, buf, config) {
+                match parse(conn, buf, config, request) {
                     Ok(Some(h)) => return h,
                     Ok(None) => {}
                     Err(status) => return Head::Error(status),
@@ -358,18 +361,12 @@ fn error_response(status: StatusCode) -> Vec<u8> {
     .into_bytes()
 }
 
-// Not boxed: one `Head` lives at a time, on the connection's stack, and a
-// box was an allocation and two copies of the request per request.
-#[allow(clippy::large_enum_variant)]
+/// What reading a head came to. The request itself is filled in place.
 enum Head {
-    /// The request, whether the connection may be kept alive, and its
-    /// body's reader (`None` when it has no body: the bytes past the head
-    /// stay in the connection's buffer).
-    Request(
-        Request<Body>,
-        bool,
-        Option<Arc<spindle::sync::Mutex<Incoming>>>,
-    ),
+    /// A request: whether the connection may be kept alive after it, and
+    /// its body's reader (`None` when it has no body: the bytes past the
+    /// head stay in the connection's buffer).
+    Request(bool, Option<Arc<spindle::sync::Mutex<Incoming>>>),
     Closed,
     Error(StatusCode),
 }
@@ -457,12 +454,13 @@ fn flush_to(conn: &Stream, out: &mut Vec<u8>) -> io::Result<()> {
     r
 }
 
-/// Parses a complete head from `buf` (consuming it), or `None` if more
-/// bytes are needed.
+/// Parses a complete head from `buf` (consuming it) into `request`, or
+/// `None` if more bytes are needed.
 fn parse(
     conn: &Arc<Stream>,
     buf: &mut ReadBuf,
     config: &ServerConfig,
+    request: &mut Request<Body>,
 ) -> Result<Option<Head>, StatusCode> {
     let limits = Limits {
         max_head_bytes: config.max_head_bytes,
@@ -470,21 +468,15 @@ fn parse(
         max_body_bytes: config.max_body_bytes,
     };
     // The head's syntax and framing rules are in `h1::request`.
-    let Some(parsed) = parse_request(buf.bytes(), &limits)? else {
+    let Some(parsed) = parse_request(buf.bytes(), &limits, request)? else {
         return Ok(None);
     };
     buf.consume(parsed.head_len);
-    let (parts, ()) = parsed.request.into_parts();
-    let request = |body: Body| Request::from_parts(parts, body);
     let framing = match parsed.body {
         RequestBody::None => {
             // No body: nothing to share with the handler, and the rest of
             // the buffer (a pipelined request) stays where it is.
-            return Ok(Some(Head::Request(
-                request(Body::empty()),
-                parsed.keep_alive,
-                None,
-            )));
+            return Ok(Some(Head::Request(parsed.keep_alive, None)));
         }
         RequestBody::Length(n) => Framing::Length(n),
         RequestBody::Chunked => Framing::Chunked,
@@ -499,6 +491,6 @@ fn parse(
         config.body_read_timeout,
         std::time::Instant::now() + config.body_deadline,
     )));
-    let req = request(Body::incoming(incoming.clone()));
-    Ok(Some(Head::Request(req, parsed.keep_alive, Some(incoming))))
+    *request.body_mut() = Body::incoming(incoming.clone());
+    Ok(Some(Head::Request(parsed.keep_alive, Some(incoming))))
 }

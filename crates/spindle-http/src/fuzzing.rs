@@ -54,7 +54,8 @@ pub fn request(input: &[u8]) -> Outcome {
             return Outcome::ended(messages);
         }
         let before = buf.len();
-        let parsed = match request::parse_request(&buf, &limits) {
+        let mut req = http::Request::new(());
+        let parsed = match request::parse_request(&buf, &limits, &mut req) {
             Ok(Some(p)) => {
                 let _ = buf.split_to(p.head_len);
                 p

@@ -32,26 +32,37 @@ pub(crate) fn response_head(
     status: StatusCode,
     version: Version,
     headers: &HeaderMap,
-    date: &[u8],
+    date: &[u8; 29],
     keep_alive: bool,
     framing: ResponseFraming,
 ) {
-    out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(status.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
-    out.extend_from_slice(b"\r\n");
-    for (name, value) in headers {
-        if name == header::CONTENT_LENGTH
-            || name == header::TRANSFER_ENCODING
-            || name == header::CONNECTION
-        {
-            continue; // framing is the encoder's to write
-        }
-        field(out, name.as_str().as_bytes(), value.as_bytes());
+    // Room for the usual head at once; the pieces below are then copies
+    // of known length without a reallocation between them.
+    out.reserve(128);
+    if status == StatusCode::OK {
+        out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+    } else {
+        out.extend_from_slice(b"HTTP/1.1 ");
+        out.extend_from_slice(status.as_str().as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+        out.extend_from_slice(b"\r\n");
     }
-    if !headers.contains_key(header::DATE) {
-        field(out, b"date", date);
+    if !headers.is_empty() {
+        for (name, value) in headers {
+            if name == header::CONTENT_LENGTH
+                || name == header::TRANSFER_ENCODING
+                || name == header::CONNECTION
+            {
+                continue; // framing is the encoder's to write
+            }
+            field(out, name.as_str().as_bytes(), value.as_bytes());
+        }
+    }
+    if headers.is_empty() || !headers.contains_key(header::DATE) {
+        out.extend_from_slice(b"date: ");
+        out.extend_from_slice(date);
+        out.extend_from_slice(b"\r\n");
     }
     if !keep_alive {
         out.extend_from_slice(b"connection: close\r\n");
@@ -178,7 +189,11 @@ pub(crate) fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
             break;
         }
     }
-    out.extend_from_slice(&digits[at..]);
+    // Byte by byte: a length is a few digits, and a copy of unknown
+    // length is a call.
+    for &d in &digits[at..] {
+        out.push(d);
+    }
 }
 
 #[cfg(test)]

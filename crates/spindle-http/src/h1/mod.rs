@@ -5,6 +5,8 @@
 //! * [`response`]: response heads, and how their body is delimited.
 //! * [`framing`]: `Content-Length`, `Transfer-Encoding` and `Connection`
 //!   values, and which body a message has (RFC 9112 §6).
+//! * [`head_arena`]: where a parsed head's bytes live while its message
+//!   does: per-thread blocks, so a head costs no allocation of its own.
 //! * [`encode`]: writing request and response heads and chunk framing,
 //!   with the framing headers always the encoder's own.
 //! * [`chunked`]: the chunked transfer coding — size lines, trailer
@@ -19,5 +21,6 @@
 pub(crate) mod chunked;
 pub(crate) mod encode;
 pub(crate) mod framing;
+pub(crate) mod head_arena;
 pub(crate) mod request;
 pub(crate) mod response;

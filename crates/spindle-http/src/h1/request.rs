@@ -7,7 +7,6 @@
 //! length cannot be known for certain is refused with 400, so nothing can
 //! be smuggled behind it.
 
-use bytes::Bytes;
 use http::header::{self, HeaderName, HeaderValue};
 use http::{Method, Request, StatusCode, Uri, Version};
 
@@ -35,11 +34,9 @@ pub(crate) enum RequestBody {
     Chunked,
 }
 
-/// A parsed request head.
-#[derive(Debug)]
-pub(crate) struct ParsedRequest {
-    /// The request, with an empty body of type `()`.
-    pub(crate) request: Request<()>,
+/// What [`parse_request`] learnt of a head besides the request itself.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RequestHead {
     /// How its body is delimited.
     pub(crate) body: RequestBody,
     /// Whether the connection may serve another request after this one.
@@ -51,59 +48,51 @@ pub(crate) struct ParsedRequest {
     pub(crate) head_len: usize,
 }
 
-/// Parses the request head at the start of `buf`. On success the request
-/// owns a copy of the head's bytes (its header values are slices of it)
-/// and [`ParsedRequest::head_len`] says how much of `buf` it took; what
-/// follows — a body, a pipelined request — is the caller's. The copy is
-/// what lets a connection hand its read buffer on while the request lives.
-/// `Ok(None)` means the head is not complete yet. An `Err` is the status to
-/// answer with before closing.
-pub(crate) fn parse_request(
-    buf: &[u8],
-    limits: &Limits,
-) -> Result<Option<ParsedRequest>, StatusCode> {
-    let mut too_many = false;
-    let parsed = parse_into(buf, limits, false, &mut too_many);
-    if too_many && limits.max_headers > HEADERS_ON_STACK {
-        return parse_into(buf, limits, true, &mut too_many);
-    }
-    parsed
-}
-
 /// Header slots on the fiber's stack. Few, because every page a fiber's
 /// stack ever touches stays resident while its connection lives; a head
 /// with more headers (up to the configured limit) is parsed again with
 /// its slots on the heap.
 const HEADERS_ON_STACK: usize = 32;
 
-/// [`parse_request`] with its header slots on the stack, or on the heap
-/// (`heap`); `too_many` is set if there were more header lines than slots.
-fn parse_into(
+/// Parses the request head at the start of `buf` into `request`: its
+/// method, target, version, and its headers appended to the map it has
+/// (pass a fresh `Request::new`) — the request is filled in place because it is large, and
+/// every move of it was a copy. The request then owns a copy of the
+/// head's bytes (its header values are slices of it), and
+/// [`RequestHead::head_len`] says how much of `buf` it took; what
+/// follows — a body, a pipelined request — is the caller's. The copy is
+/// what lets a connection hand its read buffer on while the request lives.
+/// `Ok(None)` means the head is not complete yet, and `request` is
+/// untouched. An `Err` is the status to answer with before closing;
+/// `request` is then half filled, to be dropped.
+pub(crate) fn parse_request<B>(
     buf: &[u8],
     limits: &Limits,
-    heap: bool,
-    too_many: &mut bool,
-) -> Result<Option<ParsedRequest>, StatusCode> {
+    request: &mut Request<B>,
+) -> Result<Option<RequestHead>, StatusCode> {
     // Uninitialised slots: no allocation, no zeroing.
     let mut on_stack =
         [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; HEADERS_ON_STACK];
-    let mut on_heap;
-    let slots: &mut [std::mem::MaybeUninit<httparse::Header<'_>>] = if heap {
-        on_heap = Vec::with_capacity(limits.max_headers);
-        on_heap.resize_with(limits.max_headers, std::mem::MaybeUninit::uninit);
-        &mut on_heap[..]
-    } else {
-        &mut on_stack[..limits.max_headers.min(HEADERS_ON_STACK)]
-    };
+    let mut on_heap = Vec::new();
     let mut req = httparse::Request::new(&mut []);
-    let n = match req.parse_with_uninit_headers(buf, slots) {
+    let mut parsed = req.parse_with_uninit_headers(
+        buf,
+        &mut on_stack[..limits.max_headers.min(HEADERS_ON_STACK)],
+    );
+    if matches!(parsed, Err(httparse::Error::TooManyHeaders))
+        && limits.max_headers > HEADERS_ON_STACK
+    {
+        on_heap.resize_with(limits.max_headers, std::mem::MaybeUninit::uninit);
+        req = httparse::Request::new(&mut []);
+        parsed = req.parse_with_uninit_headers(buf, &mut on_heap[..]);
+    }
+    let n = match parsed {
         Ok(httparse::Status::Complete(n)) if n > limits.max_head_bytes => {
             return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
         }
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return Ok(None),
         Err(httparse::Error::TooManyHeaders) => {
-            *too_many = true;
             return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
         }
         Err(httparse::Error::Version) => return Err(StatusCode::HTTP_VERSION_NOT_SUPPORTED),
@@ -116,59 +105,32 @@ fn parse_into(
     };
     let method = Method::from_bytes(req.method.unwrap_or("").as_bytes())
         .map_err(|_| StatusCode::BAD_REQUEST)?;
-    // Offsets into the head, so values can be zero-copy slices of it.
+    // A copy of the head, which the target and header values share: the
+    // connection's read buffer is then free to be handed on while the
+    // request lives (see `read_buf`, and `head_arena` for where it lives).
+    let head = super::head_arena::copy(&buf[..n]);
     let base = buf.as_ptr() as usize;
+    let share = |s: &[u8]| {
+        let at = s.as_ptr() as usize - base;
+        head.slice(at..at + s.len())
+    };
     let path = req.path.unwrap_or("/");
-    let path_range = (path.as_ptr() as usize - base, path.len());
-    // Each header as [name offset, name length, value offset, value
-    // length] into the head: on the stack for the usual few dozen.
-    let count = req.headers.len();
-    let mut spans_on_stack = [[0u32; 4]; 48];
-    let mut spans_on_heap;
-    let spans: &mut [[u32; 4]] = if count <= spans_on_stack.len() {
-        &mut spans_on_stack[..count]
+    // The commonest target, `/`, is what a fresh request has already: no
+    // share of the head, no parsing.
+    let uri = if path == "/" {
+        None
     } else {
-        spans_on_heap = vec![[0u32; 4]; count];
-        &mut spans_on_heap[..]
+        Some(Uri::from_maybe_shared(share(path.as_bytes())).map_err(|_| StatusCode::BAD_REQUEST)?)
     };
-    let offset = |s: &[u8]| (s.as_ptr() as usize - base) as u32;
-    for (span, h) in spans.iter_mut().zip(req.headers.iter()) {
-        *span = [
-            offset(h.name.as_bytes()),
-            h.name.len() as u32,
-            offset(h.value),
-            h.value.len() as u32,
-        ];
-    }
-    // A copy: the connection's read buffer is then free to be handed on
-    // while the request lives (see `read_buf`).
-    let head = Bytes::copy_from_slice(&buf[..n]);
-    let path = &head[path_range.0..path_range.0 + path_range.1];
-    let uri = if path == b"/" {
-        // The commonest target needs no share of the head, nor parsing.
-        static SLASH: std::sync::LazyLock<Uri> = std::sync::LazyLock::new(|| Uri::from_static("/"));
-        SLASH.clone()
-    } else {
-        Uri::from_maybe_shared(head.slice(path_range.0..path_range.0 + path_range.1))
-            .map_err(|_| StatusCode::BAD_REQUEST)?
-    };
-    // The parts are set in place on the request at the end: the `http`
-    // builder moves its whole `Parts` by value at every step, which showed
-    // as 7 % of a pipelined profile in memcpy.
     let mut framing_headers = FramingHeaders::default();
     let mut expect_continue = false;
-    let mut map = http::HeaderMap::with_capacity(count);
-    for &[name_at, name_len, at, len] in spans.iter() {
-        let (name_at, name_len, at, len) = (
-            name_at as usize,
-            name_len as usize,
-            at as usize,
-            len as usize,
-        );
-        let name = HeaderName::from_bytes(&head[name_at..name_at + name_len])
-            .map_err(|_| StatusCode::BAD_REQUEST)?;
-        let value = HeaderValue::from_maybe_shared(head.slice(at..at + len))
-            .map_err(|_| StatusCode::BAD_REQUEST)?;
+    let map = request.headers_mut();
+    map.reserve(req.headers.len());
+    for h in req.headers.iter() {
+        let name =
+            HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| StatusCode::BAD_REQUEST)?;
+        let value =
+            HeaderValue::from_maybe_shared(share(h.value)).map_err(|_| StatusCode::BAD_REQUEST)?;
         if name == header::CONTENT_LENGTH
             || name == header::TRANSFER_ENCODING
             || name == header::CONNECTION
@@ -195,18 +157,29 @@ fn parse_into(
         }
         BodyFraming::Length(n) => RequestBody::Length(n),
     };
-    let mut request = Request::new(());
     *request.method_mut() = method;
-    *request.uri_mut() = uri;
+    match uri {
+        Some(uri) => *request.uri_mut() = uri,
+        // A fresh request's target is `/` already.
+        None => debug_assert_eq!(request.uri(), "/", "parse_request wants a fresh request"),
+    }
     *request.version_mut() = version;
-    *request.headers_mut() = map;
-    Ok(Some(ParsedRequest {
-        request,
+    Ok(Some(RequestHead {
         body: framing,
         keep_alive: !close,
         expect_continue,
         head_len: n,
     }))
+}
+
+/// [`parse_request`] into a fresh request, for tests.
+#[cfg(test)]
+pub(crate) fn parse_fresh(
+    buf: &[u8],
+    limits: &Limits,
+) -> Result<Option<(RequestHead, Request<()>)>, StatusCode> {
+    let mut request = Request::new(());
+    Ok(parse_request(buf, limits, &mut request)?.map(|head| (head, request)))
 }
 
 #[cfg(test)]
@@ -234,12 +207,12 @@ mod header_slot_tests {
     fn short_and_long_heads_keep_their_bytes_and_values() {
         for n in [1, 3, 20, 200] {
             let head = head_with(n);
-            let parsed = parse_request(&head, &limits(300)).unwrap().unwrap();
+            let (parsed, request) = parse_fresh(&head, &limits(300)).unwrap().unwrap();
             assert_eq!(parsed.head_len, head.len());
-            assert_eq!(parsed.request.headers()["host"], "x");
+            assert_eq!(request.headers()["host"], "x");
             if n > 2 {
                 let last = format!("x-h{}", n - 1);
-                assert_eq!(parsed.request.headers()[last.as_str()], (n - 1).to_string());
+                assert_eq!(request.headers()[last.as_str()], (n - 1).to_string());
             }
         }
     }
@@ -247,25 +220,25 @@ mod header_slot_tests {
     #[test]
     fn more_headers_than_the_stack_slots_parse_on_the_heap_up_to_the_limit() {
         for n in [1, HEADERS_ON_STACK, HEADERS_ON_STACK + 1, 100] {
-            let parsed = parse_request(&head_with(n), &limits(100))
+            let (_, request) = parse_fresh(&head_with(n), &limits(100))
                 .unwrap_or_else(|s| panic!("{n} headers: {s}"))
                 .expect("complete");
-            assert_eq!(parsed.request.headers().len(), n);
+            assert_eq!(request.headers().len(), n);
             if n > 1 {
-                assert_eq!(parsed.request.headers()["x-h1"], "1", "{n} headers");
+                assert_eq!(request.headers()["x-h1"], "1", "{n} headers");
             }
         }
         assert_eq!(
-            parse_request(&head_with(101), &limits(100)).err(),
+            parse_fresh(&head_with(101), &limits(100)).err(),
             Some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
         );
         assert_eq!(
-            parse_request(&head_with(17), &limits(16)).err(),
+            parse_fresh(&head_with(17), &limits(16)).err(),
             Some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
         );
         // A partial head with many headers is still just incomplete.
         let mut partial = head_with(60);
         partial.truncate(partial.len() - 2);
-        assert!(matches!(parse_request(&partial, &limits(100)), Ok(None)));
+        assert!(matches!(parse_fresh(&partial, &limits(100)), Ok(None)));
     }
 }
