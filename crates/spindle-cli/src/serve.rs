@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use spindle_http::http;
+use spindle_http::http::{Method, Uri};
 use spindle_http::{Body, Request, Response, StatusCode};
 use spindle_wasm::{Host, HostConfig};
 
@@ -87,34 +88,54 @@ impl App {
 
     /// Routes one request to its component (404 if none), counting it and
     /// writing its access-log line (target `access`, when enabled).
-    fn handle(&self, req: Request<Body>) -> Response<Body> {
+    ///
+    /// A guest's request parks under this frame for as long as the guest
+    /// takes, and every stack page down to the wait stays resident: what is
+    /// done before and after the guest's call is out of line, so this
+    /// frame holds little more than the request and the response.
+    fn handle(&self, mut req: Request<Body>) -> Response<Body> {
         let started = Instant::now();
         let picked = self.router.pick(req.uri().path());
         let component = picked.map(|r| self.router.routes()[r].1);
-        let access = tracing::enabled!(target: "access", tracing::Level::INFO)
-            .then(|| (req.method().clone(), req.uri().clone()));
-        // Body bytes, counted as they pass: a whole body at once, a stream
-        // as it is read.
-        let req = match req.body().as_bytes() {
-            Some(b) => {
-                self.metrics.bytes_in.inc_by(b.len() as u64);
-                req
-            }
-            None => req.map(|body| {
-                Body::from_reader(crate::metrics::Counting {
-                    inner: body,
-                    counter: self.metrics.bytes_in.clone(),
-                })
-            }),
-        };
+        let access = access_fields(&req);
+        self.count_in(&mut req);
         let (response, metrics) = match (picked, component) {
             (Some(r), Some(c)) => (self.hosts[c].1.handle(req), &self.route_metrics[r]),
-            _ => {
-                let mut r = Response::new(Body::from("no route\n"));
-                *r.status_mut() = StatusCode::NOT_FOUND;
-                (r, &self.unmatched)
-            }
+            _ => (not_found(), &self.unmatched),
         };
+        self.answered(response, metrics, started, component, access)
+    }
+
+    /// Counts the request's body bytes as they pass: a whole body at once,
+    /// a stream as it is read.
+    /// In place: a request passed by value is a copy in this frame.
+    #[inline(never)]
+    fn count_in(&self, req: &mut Request<Body>) {
+        match req.body().as_bytes() {
+            Some(b) => {
+                self.metrics.bytes_in.inc_by(b.len() as u64);
+            }
+            None => {
+                let body = std::mem::take(req.body_mut());
+                *req.body_mut() = Body::from_reader(crate::metrics::Counting {
+                    inner: body,
+                    counter: self.metrics.bytes_in.clone(),
+                });
+            }
+        }
+    }
+
+    /// Records the answer (status, time, bytes out) and writes the access
+    /// line.
+    #[inline(never)]
+    fn answered(
+        &self,
+        response: Response<Body>,
+        metrics: &RouteMetrics,
+        started: Instant,
+        component: Option<usize>,
+        access: Option<Box<(Method, Uri)>>,
+    ) -> Response<Body> {
         let took = started.elapsed();
         let status = response.status().as_u16();
         metrics.record(status, took);
@@ -131,7 +152,8 @@ impl App {
                 })
             }),
         };
-        if let Some((method, uri)) = access {
+        if let Some(access) = access {
+            let (method, uri) = *access;
             tracing::info!(
                 target: "access",
                 component = component.map_or("", |c| self.hosts[c].0.as_str()),
@@ -144,6 +166,23 @@ impl App {
         }
         response
     }
+}
+
+/// The request's method and target for its access line, when the access
+/// log is on (boxed: the line is written after the guest answers, and the
+/// request's frame stays small meanwhile).
+#[inline(never)]
+fn access_fields(req: &Request<Body>) -> Option<Box<(Method, Uri)>> {
+    tracing::enabled!(target: "access", tracing::Level::INFO)
+        .then(|| Box::new((req.method().clone(), req.uri().clone())))
+}
+
+/// The answer for a path no route matches.
+#[inline(never)]
+fn not_found() -> Response<Body> {
+    let mut r = Response::new(Body::from("no route\n"));
+    *r.status_mut() = StatusCode::NOT_FOUND;
+    r
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, String> {

@@ -104,6 +104,13 @@ impl Conn {
 
     /// Serves requests on this connection until it closes, is drained,
     /// or fails.
+    ///
+    /// The handler runs under this frame, and a handler that waits (most
+    /// do, sooner or later) keeps every stack page down to its wait
+    /// resident while the connection lives. So what is done before and
+    /// after the handler — reading the head, writing the response, the
+    /// error answer — is out of line: their locals are in frames of their
+    /// own, beside the handler's rather than above it.
     pub(crate) fn serve(
         mut self,
         config: &ServerConfig,
@@ -224,6 +231,7 @@ impl Conn {
     }
 
     /// Answers with an error status and closes without a reset.
+    #[inline(never)] // off the frame the handler runs under (see `serve`)
     fn answer_error(&mut self, status: StatusCode) {
         self.out.extend_from_slice(&error_response(status));
         if self.flush().is_ok() {
@@ -234,6 +242,7 @@ impl Conn {
     /// Reads until a whole request head is in (or the connection closes,
     /// or the head is refused). Its timeouts: `keep_alive_timeout` for the
     /// first byte, then `header_read_timeout` for the whole head.
+    #[inline(never)] // off the frame the handler runs under (see `serve`)
     fn read_head(&mut self, config: &ServerConfig, request: &mut Request<Body>) -> Head {
         let (conn, buf, out) = (&self.stream, &mut self.buf, &mut self.out);
         // Idle until the head's first byte, then Head.
@@ -280,6 +289,7 @@ impl Conn {
     /// Writes `response` into the pending responses (streamed bodies go
     /// straight out). Its timeout: `write_timeout` per write, set at
     /// `establish`.
+    #[inline(never)] // off the frame the handler runs under (see `serve`)
     fn write_response(
         &mut self,
         response: Response<Body>,
@@ -481,16 +491,30 @@ fn parse(
         RequestBody::Length(n) => Framing::Length(n),
         RequestBody::Chunked => Framing::Chunked,
     };
-    let rest = std::mem::take(buf);
-    let incoming = Arc::new(spindle::sync::Mutex::new(Incoming::new(
-        conn.clone(),
-        rest,
-        framing,
-        config.max_body_bytes,
-        parsed.expect_continue,
-        config.body_read_timeout,
-        std::time::Instant::now() + config.body_deadline,
-    )));
+    let incoming = body_reader(conn, buf, framing, parsed.expect_continue, config);
     *request.body_mut() = Body::incoming(incoming.clone());
     Ok(Some(Head::Request(parsed.keep_alive, Some(incoming))))
+}
+
+/// The reader of a request's body, which takes the connection's buffer
+/// (what follows the head). Out of line: the reader is built on the stack
+/// before it moves to the heap, and that frame would otherwise be part of
+/// the one the head is parsed under (see `serve`).
+#[inline(never)]
+fn body_reader(
+    conn: &Arc<Stream>,
+    buf: &mut ReadBuf,
+    framing: Framing,
+    expect_continue: bool,
+    config: &ServerConfig,
+) -> Arc<spindle::sync::Mutex<Incoming>> {
+    Arc::new(spindle::sync::Mutex::new(Incoming::new(
+        conn.clone(),
+        std::mem::take(buf),
+        framing,
+        config.max_body_bytes,
+        expect_continue,
+        config.body_read_timeout,
+        std::time::Instant::now() + config.body_deadline,
+    )))
 }

@@ -81,7 +81,9 @@ type Reply = Result<http::Response<WasiBody>, wasmtime::Error>;
 
 /// One request on its way to an instance.
 pub(crate) struct Job {
-    request: http::Request<WasiBody>,
+    /// With its URI absolute; its body becomes the guest's on the
+    /// instance fiber (off the request fiber's stack, see `submit`).
+    request: Request<Body>,
     reply: oneshot::Sender<Reply>,
     deadline: Instant,
     /// Set by the instance that takes the job: it was made for this job.
@@ -163,6 +165,7 @@ impl Pool {
 
     /// Hands `job` to an available instance, or to a new one if none is
     /// (past the instance limit it waits for one to have room).
+    #[inline] // the job is moved once, into the queue
     fn submit(host: &Arc<HostInner>, job: Job) {
         let mut state = host.pool.lock();
         state.jobs.push_back(job);
@@ -216,6 +219,9 @@ impl Pool {
 }
 
 /// Starts an instance fiber for `job`; the pool has counted it available.
+/// Out of line: a spawn is deep, and it runs on the stack of whichever
+/// request fiber found no instance free.
+#[inline(never)]
 fn start_instance(host: &Arc<HostInner>, job: Job) {
     let id = host.pool.next_instance.fetch_add(1, Ordering::Relaxed) + 1;
     let host2 = host.clone();
@@ -335,6 +341,7 @@ fn run_instance(host: Arc<HostInner>, id: u64, first: Job) {
                     deadline,
                     ..
                 } = job;
+                let request = request.map(crate::proxy::request_body);
                 deadlines.push(deadline);
                 let latest = deadlines.iter().copied().max().unwrap_or(deadline);
                 status.enter(Phase::Requests, latest);
@@ -544,7 +551,12 @@ impl Wake for YieldWatch {
 /// every stack page a fiber touches stays resident while it waits, so the
 /// frames it parks under are kept small (10 000 parked requests are
 /// 10 000 such stacks).
-pub(crate) fn handle(host: &Arc<HostInner>, req: Request<Body>) -> Response<Body> {
+#[inline] // one frame less under the wait, and one copy of the request
+pub(crate) fn handle(host: &Arc<HostInner>, mut req: Request<Body>) -> Response<Body> {
+    // WASI 0.3 takes the scheme and authority from the URI alone.
+    if !make_absolute(&mut req) {
+        return *refuse(host, &req, Duration::ZERO, Outcome::BadRequest);
+    }
     let (pending, answer) = match submit(host, req) {
         Ok(submitted) => submitted,
         Err(refused) => return *refused,
@@ -586,8 +598,8 @@ fn report(
     }
 }
 
-/// Admits the request and hands it to the pool; `Err` is the answer when
-/// it cannot be (busy, no authority).
+/// Admits the request (its URI made absolute) and hands it to the pool;
+/// `Err` is the answer when it cannot be (busy).
 #[inline(never)]
 fn submit(
     host: &Arc<HostInner>,
@@ -597,49 +609,18 @@ fn submit(
     let admission = Admission::take(host);
     let queue_wait = queue_start.elapsed();
     let id = host.next_id.fetch_add(1, Ordering::Relaxed);
-    let tag = format!("req {id} {} {}", req.method(), req.uri().path());
+    let tag = tag(id, &req);
     let Some(admission) = admission else {
-        report(
-            host,
-            queue_wait,
-            Outcome::Busy,
-            Duration::ZERO,
-            Duration::ZERO,
-        );
-        tracing::warn!(
-            request = %tag,
-            "503, all {} guest slots busy",
-            host.config.max_concurrent
-        );
-        let busy = crate::proxy::plain(StatusCode::SERVICE_UNAVAILABLE, "server busy");
-        return Err(Box::new(busy));
+        return Err(refuse(host, &req, queue_wait, Outcome::Busy));
     };
     let started = Instant::now();
     let deadline = spindle::time::now() + host.config.timeout;
-    let (mut parts, body) = req.into_parts();
-    // WASI 0.3 takes the scheme and authority from the URI alone.
-    match absolute_uri(&parts) {
-        Some(uri) => parts.uri = uri,
-        None => {
-            report(
-                host,
-                queue_wait,
-                Outcome::BadRequest,
-                Duration::ZERO,
-                Duration::ZERO,
-            );
-            tracing::warn!(request = %tag, "400, no usable authority");
-            let bad = crate::proxy::plain(StatusCode::BAD_REQUEST, "bad request");
-            return Err(Box::new(bad));
-        }
-    }
-    let request = http::Request::from_parts(parts, crate::proxy::request_body(body));
     let (reply, answer) = oneshot::channel();
     let fresh_instance = Arc::new(AtomicBool::new(false));
     Pool::submit(
         host,
         Job {
-            request,
+            request: req,
             reply,
             deadline,
             fresh_instance: fresh_instance.clone(),
@@ -654,6 +635,59 @@ fn submit(
         fresh_instance,
     };
     Ok((pending, answer))
+}
+
+/// How the log names a request: `req 12 GET /path`. Written out by hand
+/// into a string of the right size: `format!`'s machinery, and a string
+/// growing under it, were the deepest frames on the request fiber's stack.
+#[inline(never)]
+fn tag(id: u64, req: &Request<Body>) -> String {
+    let (method, path) = (req.method().as_str(), req.uri().path());
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut n = id;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let mut tag = String::with_capacity(4 + (20 - at) + 2 + method.len() + path.len());
+    tag.push_str("req ");
+    tag.extend(digits[at..].iter().map(|&d| char::from(d)));
+    tag.push(' ');
+    tag.push_str(method);
+    tag.push(' ');
+    tag.push_str(path);
+    tag
+}
+
+/// The answer to a request refused before it reached the pool: 503 when
+/// every slot is busy, 400 without a usable authority.
+#[cold]
+#[inline(never)]
+fn refuse(
+    host: &HostInner,
+    req: &Request<Body>,
+    queue_wait: Duration,
+    outcome: Outcome,
+) -> Box<Response<Body>> {
+    report(host, queue_wait, outcome, Duration::ZERO, Duration::ZERO);
+    let tag = tag(host.next_id.fetch_add(1, Ordering::Relaxed), req);
+    let answer = if outcome == Outcome::Busy {
+        tracing::warn!(
+            request = %tag,
+            "503, all {} guest slots busy",
+            host.config.max_concurrent
+        );
+        crate::proxy::plain(StatusCode::SERVICE_UNAVAILABLE, "server busy")
+    } else {
+        tracing::warn!(request = %tag, "400, no usable authority");
+        crate::proxy::plain(StatusCode::BAD_REQUEST, "bad request")
+    };
+    Box::new(answer)
 }
 
 /// Parks until the instance answers or the deadline passes (`None`).
@@ -740,13 +774,28 @@ fn finish(
     Response::from_parts(parts, body)
 }
 
+/// Puts the request's URI in absolute form (see [`absolute_uri`]);
+/// `false` if it has no usable authority. Before the request is submitted
+/// rather than inside: parsing the authority allocates, and malloc's
+/// frames on top of `submit`'s were the deepest the request fiber's stack
+/// went.
+#[inline(never)]
+fn make_absolute(req: &mut Request<Body>) -> bool {
+    match absolute_uri(req.uri(), req.headers()) {
+        Some(uri) => {
+            *req.uri_mut() = uri;
+            true
+        }
+        None => false,
+    }
+}
+
 /// The request's URI in absolute form: `http`, and the authority of the
 /// request line or else of `Host` (`localhost` for HTTP/1.0 without one).
-fn absolute_uri(parts: &http::request::Parts) -> Option<http::Uri> {
-    let uri = &parts.uri;
+fn absolute_uri(uri: &http::Uri, headers: &http::HeaderMap) -> Option<http::Uri> {
     let authority = match uri.authority() {
         Some(a) => a.clone(),
-        None => match parts.headers.get(http::header::HOST) {
+        None => match headers.get(http::header::HOST) {
             Some(h) => h.to_str().ok()?.parse().ok()?,
             None => http::uri::Authority::from_static("localhost"),
         },
@@ -755,12 +804,11 @@ fn absolute_uri(parts: &http::request::Parts) -> Option<http::Uri> {
         .path_and_query()
         .cloned()
         .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
-    http::Uri::builder()
-        .scheme(uri.scheme().cloned().unwrap_or(http::uri::Scheme::HTTP))
-        .authority(authority)
-        .path_and_query(path)
-        .build()
-        .ok()
+    let mut parts = http::uri::Parts::default();
+    parts.scheme = Some(uri.scheme().cloned().unwrap_or(http::uri::Scheme::HTTP));
+    parts.authority = Some(authority);
+    parts.path_and_query = Some(path);
+    http::Uri::from_parts(parts).ok()
 }
 
 /// How much of a body is taken whole before streaming instead.

@@ -52,7 +52,7 @@ pub(crate) struct RequestHead {
 /// stack ever touches stays resident while its connection lives; a head
 /// with more headers (up to the configured limit) is parsed again with
 /// its slots on the heap.
-const HEADERS_ON_STACK: usize = 32;
+const HEADERS_ON_STACK: usize = 24;
 
 /// Parses the request head at the start of `buf` into `request`: its
 /// method, target, version, and its headers appended to the map it has
