@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Where the memory of parked guest requests goes: `spindle serve` with
+the WASI 0.3 sleep guest, N requests parked in a guest sleep, and for the
+server process
+
+  * the growth of each mapping's RSS between idle and all parked
+    (/proc/PID/smaps), per request;
+  * for the mapping with the most one- and two-page runs (the fiber
+    stacks), a histogram of resident pages per stack (runs of present
+    pages in /proc/PID/pagemap: each stack is a run that ends at its top,
+    a guard page below) and how deep the stacks were written (the lowest
+    non-zero byte of each run: fresh stack pages are zero).
+
+    python3 bench/parked_memory.py [--n 1000] [--binary target/release/spindle]
+
+Needs root (pagemap's present bits, /proc/PID/mem). Server on CPU 1.
+The fiber stack of a parked connection is one page when everything it
+ran, from the head's parse to the park, stayed within 4 KiB.
+"""
+import argparse
+import asyncio
+import collections
+import os
+import socket
+import struct
+import subprocess
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def smaps(pid):
+    out, cur = {}, None
+    for line in open(f"/proc/{pid}/smaps"):
+        first = line.split()[0]
+        if "-" in first and ":" not in first:
+            parts = line.split()
+            cur = (parts[0], parts[5] if len(parts) > 5 else "[anon]")
+            out[cur] = 0
+        elif line.startswith("Rss:"):
+            out[cur] = int(line.split()[1])
+    return out
+
+
+def stack_runs(pid, lo, hi):
+    """(pages per run histogram, write depth per run of ≤ 3 pages)."""
+    n = (hi - lo) // 4096
+    with open(f"/proc/{pid}/pagemap", "rb") as pm:
+        pm.seek(lo // 4096 * 8)
+        data = pm.read(n * 8)
+    present = [(struct.unpack_from("<Q", data, i * 8)[0] >> 63) & 1 for i in range(n)]
+    hist, depths = collections.Counter(), []
+    with open(f"/proc/{pid}/mem", "rb") as mem:
+        i = 0
+        while i < n:
+            if not present[i]:
+                i += 1
+                continue
+            j = i
+            while j < n and present[j]:
+                j += 1
+            hist[j - i] += 1
+            if j - i <= 3:
+                mem.seek(lo + i * 4096)
+                b = mem.read((j - i) * 4096)
+                first = next((k for k in range(len(b)) if b[k]), len(b))
+                depths.append(len(b) - first)
+            i = j
+    return hist, sorted(depths)
+
+
+async def park(port, n, ms):
+    async def one():
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(b"GET /?ms=%d HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" % ms)
+        await w.drain()
+        d = await r.read()
+        w.close()
+        return d.split(b" ", 2)[1] if d else b"none"
+    return [asyncio.create_task(one()) for _ in range(n)]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=1000)
+    ap.add_argument("--binary", default=os.path.join(ROOT, "target", "release", "spindle"))
+    args = ap.parse_args()
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    wasm = os.path.join(ROOT, "guests", "wasm", "sleep-p3.wasm")
+    p = subprocess.Popen(["taskset", "-c", "1", args.binary, "serve", wasm, "--listen",
+                          f"127.0.0.1:{port}", "--workers", "1", "--max-concurrent",
+                          str(max(1100, args.n)), "--timeout", "60"],
+                         stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(400):
+            try:
+                socket.create_connection(("127.0.0.1", port)).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        time.sleep(0.3)
+        before = smaps(p.pid)
+
+        async def run():
+            tasks = await park(port, args.n, 4000)
+            await asyncio.sleep(2.5)
+            during = smaps(p.pid)
+            best, best_runs = None, -1
+            for (rng, name), _ in during.items():
+                if name != "[anon]":
+                    continue
+                lo, hi = (int(x, 16) for x in rng.split("-"))
+                if hi - lo > 1 << 30:
+                    continue  # address-space reservations, not stacks
+                hist, depths = stack_runs(p.pid, lo, hi)
+                small = hist[1] + hist[2]
+                if small > best_runs:
+                    best, best_runs = (rng, hist, depths), small
+            answers = await asyncio.gather(*tasks)
+            return during, best, answers
+        during, best, answers = asyncio.run(run())
+    finally:
+        p.terminate()
+        p.wait()
+    n = args.n
+    total = sum(during.values()) - sum(before.values())
+    ok = sum(1 for a in answers if a == b"200")
+    print(f"{n} parked, {ok} answered 200; RSS growth {total / 1024:.1f} MiB, "
+          f"{total / n:.2f} KiB per request")
+    rows = sorted(((v - before.get(k, 0), k) for k, v in during.items()), reverse=True)
+    for d, (rng, name) in rows[:6]:
+        if d >= 64:
+            print(f"  {d:8d} KiB  {d / n:6.2f} KiB/request  {rng} {name}")
+    if best:
+        rng, hist, depths = best
+        print(f"stacks ({rng}): resident pages per stack {sorted(hist.items())[:8]}")
+        if depths:
+            q = lambda f: depths[min(len(depths) - 1, int(len(depths) * f))]
+            print(f"  written depth, bytes: p50 {q(0.5)}  p90 {q(0.9)}  max {depths[-1]}")
+
+
+if __name__ == "__main__":
+    main()
