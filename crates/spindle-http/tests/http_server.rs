@@ -286,24 +286,33 @@ fn malformed_and_smuggling_requests_get_the_right_status_while_others_are_served
         }
         n
     });
-    let big_header = format!("GET / HTTP/1.1\r\nX-Big: {}\r\n\r\n", "a".repeat(70 << 10));
+    // Each with a `Host`, so each is refused for its own rule.
+    let big_header = format!(
+        "GET / HTTP/1.1\r\nHost: a\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(70 << 10)
+    );
     let many_headers: String = (0..150).map(|i| format!("X-H{i}: v\r\n")).collect();
-    let many = format!("GET / HTTP/1.1\r\n{many_headers}\r\n");
+    let many = format!("GET / HTTP/1.1\r\nHost: a\r\n{many_headers}\r\n");
     let corpus: Vec<(&str, Vec<u8>, u16)> = vec![
         ("garbage", b"GARBAGE\r\n\r\n".to_vec(), 400),
-        ("bad method char", b"G(T / HTTP/1.1\r\n\r\n".to_vec(), 400),
-        ("bad header name", b"GET / HTTP/1.1\r\nBad Name: x\r\n\r\n".to_vec(), 400),
+        ("bad method char", b"G(T / HTTP/1.1\r\nHost: a\r\n\r\n".to_vec(), 400),
+        ("bad header name", b"GET / HTTP/1.1\r\nHost: a\r\nBad Name: x\r\n\r\n".to_vec(), 400),
         ("http/2.0", b"GET / HTTP/2.0\r\n\r\n".to_vec(), 505),
-        ("cl + te", b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n".to_vec(), 400),
-        ("two different cl", b"POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd".to_vec(), 400),
-        ("non-numeric cl", b"POST / HTTP/1.1\r\nContent-Length: abc\r\n\r\n".to_vec(), 400),
-        ("signed cl", b"POST / HTTP/1.1\r\nContent-Length: +3\r\n\r\nabc".to_vec(), 400),
-        ("te gzip", b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n".to_vec(), 400),
-        ("te chunked twice", b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n".to_vec(), 400),
-        ("bad chunk size", b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n".to_vec(), 400),
+        ("cl + te", b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n".to_vec(), 400),
+        ("two different cl", b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd".to_vec(), 400),
+        ("non-numeric cl", b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: abc\r\n\r\n".to_vec(), 400),
+        ("signed cl", b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +3\r\n\r\nabc".to_vec(), 400),
+        ("te gzip", b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n".to_vec(), 400),
+        ("te chunked twice", b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n".to_vec(), 400),
+        ("bad chunk size", b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n".to_vec(), 400),
         ("huge head", big_header.into_bytes(), 431),
         ("too many headers", many.into_bytes(), 431),
-        ("body too large", b"POST / HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n".to_vec(), 413),
+        ("body too large", b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999\r\n\r\n".to_vec(), 413),
+        // RFC 9112 §3.2: which host a request is for is never a guess.
+        ("no host in 1.1", b"GET / HTTP/1.1\r\n\r\n".to_vec(), 400),
+        ("two hosts", b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n".to_vec(), 400),
+        ("host with userinfo", b"GET / HTTP/1.1\r\nHost: evil@a\r\n\r\n".to_vec(), 400),
+        ("host with a bad port", b"GET / HTTP/1.1\r\nHost: a:80x\r\n\r\n".to_vec(), 400),
     ];
     for (what, request, want) in corpus {
         let r = raw(addr, &request);

@@ -86,6 +86,48 @@ fn p3_hello_with_curl_on_one_reused_instance() {
     eventually("the idle instance is dropped", || host.instances() == 0);
 }
 
+/// One raw request over a fresh connection: the whole answer.
+fn raw(addr: SocketAddr, request: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn a_p3_request_without_a_usable_authority_is_a_400_and_costs_no_instance() {
+    let (_rt, addr, host) = serve_p3("hello-p3", 1, config());
+    // WASI 0.3 takes the authority from the URI alone: a `Host` that is no
+    // authority cannot be handed on.
+    for bad in ["bad host", "exa mple:80", "[::1", "host:port"] {
+        let answer = raw(
+            addr,
+            &format!("GET / HTTP/1.1\r\nHost: {bad}\r\nConnection: close\r\n\r\n"),
+        );
+        assert!(answer.starts_with("HTTP/1.1 400"), "Host: {bad}: {answer}");
+    }
+    assert_eq!(
+        host.instances_made(),
+        0,
+        "a refused request starts no instance"
+    );
+    // HTTP/1.0 without a `Host`: `localhost`, and the guest answers.
+    let answer = raw(addr, "GET / HTTP/1.0\r\n\r\n");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with("Hello, World!"), "{answer}");
+    // And the server serves on, a request with a long target among them.
+    let long = format!("/{}", "p".repeat(3000));
+    let answer = raw(
+        addr,
+        &format!("GET {long} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"),
+    );
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_eq!(get(addr, "/", "").0, 200);
+}
+
 #[test]
 fn p3_echo_streams_a_3_mb_chunked_upload_back_byte_exact() {
     let (_rt, addr, _host) = serve_p3("echo-p3", 2, config());

@@ -83,6 +83,28 @@ mod tests {
     }
 
     #[test]
+    fn heads_dropped_on_another_thread_while_blocks_are_reused_keep_their_bytes() {
+        // A request moves to another worker with its fiber, or to a guest's
+        // instance: its head is dropped there while this thread copies on.
+        let (tx, rx) = std::sync::mpsc::sync_channel::<(Vec<u8>, Bytes)>(64);
+        let checker = std::thread::spawn(move || {
+            let mut seen = 0;
+            for (want, got) in rx {
+                assert_eq!(got, want[..], "a head changed after it moved");
+                seen += 1;
+            }
+            seen
+        });
+        for i in 0..20_000usize {
+            let head = format!("GET /{i} HTTP/1.1\r\nHost: x\r\n\r\n").repeat(1 + i % 9);
+            let copied = copy(head.as_bytes());
+            tx.send((head.into_bytes(), copied)).unwrap();
+        }
+        drop(tx);
+        assert_eq!(checker.join().unwrap(), 20_000);
+    }
+
+    #[test]
     fn a_block_whose_heads_are_all_gone_is_reused_in_place() {
         fresh_block();
         let first = copy(b"GET / HTTP/1.1\r\n\r\n");

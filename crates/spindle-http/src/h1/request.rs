@@ -124,6 +124,7 @@ pub(crate) fn parse_request<B>(
     };
     let mut framing_headers = FramingHeaders::default();
     let mut expect_continue = false;
+    let (mut hosts, mut host_ok) = (0u32, true);
     let map = request.headers_mut();
     map.reserve(req.headers.len());
     for h in req.headers.iter() {
@@ -136,6 +137,9 @@ pub(crate) fn parse_request<B>(
             || name == header::CONNECTION
         {
             framing_headers.add(name.as_str().as_bytes(), value.as_bytes());
+        } else if name == header::HOST {
+            hosts += 1;
+            host_ok &= valid_host(value.as_bytes());
         } else if name == header::EXPECT && value.as_bytes().eq_ignore_ascii_case(b"100-continue") {
             expect_continue = version == Version::HTTP_11;
         }
@@ -157,6 +161,13 @@ pub(crate) fn parse_request<B>(
         }
         BodyFraming::Length(n) => RequestBody::Length(n),
     };
+    // RFC 9112 §3.2: an HTTP/1.1 request without `Host`, any request with
+    // more than one, or with one that is no `host[:port]`, is a 400 —
+    // which host it is for would be a guess, and a proxy in front may
+    // have guessed otherwise.
+    if !host_ok || hosts > 1 || (hosts == 0 && !http10) {
+        return Err(StatusCode::BAD_REQUEST);
+    }
     *request.method_mut() = method;
     match uri {
         Some(uri) => *request.uri_mut() = uri,
@@ -170,6 +181,76 @@ pub(crate) fn parse_request<B>(
         expect_continue,
         head_len: n,
     }))
+}
+
+/// Whether a `Host` value is `uri-host [ ":" port ]` (RFC 9110 §7.2, RFC
+/// 3986 §3.2.2–3.2.3), or empty (a target without an authority): no
+/// userinfo, no spaces, digits only in the port.
+fn valid_host(value: &[u8]) -> bool {
+    // A byte's class: 1 = a reg-name byte (unreserved / sub-delims),
+    // 2 = `%`, 0 = anything else. A table: this runs on every request.
+    const CLASS: [u8; 256] = {
+        let mut t = [0u8; 256];
+        let mut c = 0;
+        while c < 256 {
+            let b = c as u8;
+            if b.is_ascii_alphanumeric()
+                || matches!(
+                    b,
+                    b'-' | b'.'
+                        | b'_'
+                        | b'~'
+                        | b'!'
+                        | b'$'
+                        | b'&'
+                        | b'\''
+                        | b'('
+                        | b')'
+                        | b'*'
+                        | b'+'
+                        | b','
+                        | b';'
+                        | b'='
+                )
+            {
+                t[c] = 1;
+            }
+            c += 1;
+        }
+        t[b'%' as usize] = 2;
+        t
+    };
+    // One pass: the host up to `:` or the end, then the port's digits.
+    let mut i = 0;
+    if value.first() == Some(&b'[') {
+        // IP-literal (IPv6, IPvFuture, a zone after `%25`).
+        let Some(end) = value.iter().position(|&b| b == b']') else {
+            return false;
+        };
+        let inner = &value[1..end];
+        if inner.is_empty() || !inner.iter().all(|&c| CLASS[c as usize] != 0 || c == b':') {
+            return false;
+        }
+        i = end + 1;
+    } else {
+        while i < value.len() {
+            match CLASS[value[i] as usize] {
+                1 => i += 1,
+                2 if value.len() > i + 2
+                    && value[i + 1].is_ascii_hexdigit()
+                    && value[i + 2].is_ascii_hexdigit() =>
+                {
+                    i += 3
+                }
+                _ => break,
+            }
+        }
+    }
+    match value.get(i) {
+        None => true,
+        Some(b':') => value[i + 1..].iter().all(u8::is_ascii_digit),
+        Some(_) => false,
+    }
 }
 
 /// [`parse_request`] into a fresh request, for tests.
@@ -214,6 +295,45 @@ mod header_slot_tests {
                 let last = format!("x-h{}", n - 1);
                 assert_eq!(request.headers()[last.as_str()], (n - 1).to_string());
             }
+        }
+    }
+
+    #[test]
+    fn host_must_be_there_once_in_http11_and_be_a_host_and_port() {
+        let limits = limits(100);
+        let parse = |head: &str| parse_fresh(head.as_bytes(), &limits).map(|r| r.is_some());
+        for good in [
+            "GET / HTTP/1.1\r\nHost: example.com\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: example.com:8080\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: 127.0.0.1:80\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: [fe80::1%25eth0]\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: xn--bcher-kva.example\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a%41b\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: example.com:\r\n\r\n", // empty port: allowed
+            "OPTIONS * HTTP/1.1\r\nHost:\r\n\r\n",          // no authority
+            "GET / HTTP/1.0\r\n\r\n",                       // 1.0 may leave it out
+            "GET / HTTP/1.0\r\nHost: x\r\n\r\n",
+        ] {
+            assert_eq!(parse(good), Ok(true), "{good:?}");
+        }
+        for bad in [
+            "GET / HTTP/1.1\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            "GET / HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: bad host\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: host:port\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a:1:2\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: user@example.com\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: [::1\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: []\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: [::1]x\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a/b\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a%4\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\tb\r\n\r\n",
+        ] {
+            assert_eq!(parse(bad), Err(StatusCode::BAD_REQUEST), "{bad:?}");
         }
     }
 
