@@ -5,7 +5,9 @@
 //! header values stay zero-copy slices of the head's bytes. The framing of
 //! the body is decided by [`super::framing`], strictly: a request whose
 //! length cannot be known for certain is refused with 400, so nothing can
-//! be smuggled behind it.
+//! be smuggled behind it. So is one whose host is not certain (RFC 9112
+//! §3.2): an HTTP/1.1 request without `Host`, any request with two, or one
+//! whose value is not `host[:port]`.
 
 use http::header::{self, HeaderName, HeaderValue};
 use http::{Method, Request, StatusCode, Uri, Version};
