@@ -107,8 +107,8 @@ impl App {
     }
 
     /// Counts the request's body bytes as they pass: a whole body at once,
-    /// a stream as it is read.
-    /// In place: a request passed by value is a copy in this frame.
+    /// a stream as it is read. In place: a request passed by value and
+    /// back would be two copies in the frame the guest's call parks under.
     #[inline(never)]
     fn count_in(&self, req: &mut Request<Body>) {
         match req.body().as_bytes() {

@@ -48,17 +48,16 @@ pub(crate) fn response_head(
         out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    if !headers.is_empty() {
-        for (name, value) in headers {
-            if name == header::CONTENT_LENGTH
-                || name == header::TRANSFER_ENCODING
-                || name == header::CONNECTION
-            {
-                continue; // framing is the encoder's to write
-            }
-            field(out, name.as_str().as_bytes(), value.as_bytes());
+    for (name, value) in headers {
+        if name == header::CONTENT_LENGTH
+            || name == header::TRANSFER_ENCODING
+            || name == header::CONNECTION
+        {
+            continue; // framing is the encoder's to write
         }
+        field(out, name.as_str().as_bytes(), value.as_bytes());
     }
+    // `contains_key` hashes its key even in an empty map.
     if headers.is_empty() || !headers.contains_key(header::DATE) {
         out.extend_from_slice(b"date: ");
         out.extend_from_slice(date);

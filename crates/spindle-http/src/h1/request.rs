@@ -58,8 +58,8 @@ const HEADERS_ON_STACK: usize = 24;
 
 /// Parses the request head at the start of `buf` into `request`: its
 /// method, target, version, and its headers appended to the map it has
-/// (pass a fresh `Request::new`) — the request is filled in place because it is large, and
-/// every move of it was a copy. The request then owns a copy of the
+/// (pass a fresh `Request::new`). The request is filled in place because
+/// it is large, and every move of it was a copy. It then owns a copy of the
 /// head's bytes (its header values are slices of it), and
 /// [`RequestHead::head_len`] says how much of `buf` it took; what
 /// follows — a body, a pipelined request — is the caller's. The copy is
