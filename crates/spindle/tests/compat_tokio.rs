@@ -274,8 +274,19 @@ impl Postgres {
             .spawn()
             .unwrap();
         let pg = Postgres { dir, port, server };
+        // The postmaster listens before it accepts sessions: until recovery
+        // is done a connection is refused with "the database system is
+        // starting up" (SQLSTATE 57P03). `pg_isready` exits 0 only once
+        // sessions are accepted, so wait for that, not for the port.
         let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        loop {
+            let ready = std::process::Command::new(bin.join("pg_isready"))
+                .args(["-q", "-h", "127.0.0.1", "-p", &port.to_string()])
+                .status()
+                .is_ok_and(|status| status.success());
+            if ready {
+                break;
+            }
             assert!(
                 started.elapsed() < Duration::from_secs(30),
                 "postgres did not start"
