@@ -93,7 +93,7 @@ def main():
     wasm = os.path.join(ROOT, "guests", "wasm", "sleep-p3.wasm")
     p = subprocess.Popen(["taskset", "-c", "1", args.binary, "serve", wasm, "--listen",
                           f"127.0.0.1:{port}", "--workers", "1", "--max-concurrent",
-                          str(max(1100, args.n)), "--timeout", "60"],
+                          str(max(1100, args.n)), "--timeout", "60"] + os.environ.get("EXTRA", "").split(),
                          stderr=subprocess.DEVNULL)
     try:
         for _ in range(400):
@@ -132,9 +132,16 @@ def main():
     print(f"{n} parked, {ok} answered 200; RSS growth {total / 1024:.1f} MiB, "
           f"{total / n:.2f} KiB per request")
     rows = sorted(((v - before.get(k, 0), k) for k, v in during.items()), reverse=True)
-    for d, (rng, name) in rows[:6]:
+    for d, (rng, name) in rows[:int(os.environ.get("ROWS", "6"))]:
         if d >= 64:
             print(f"  {d:8d} KiB  {d / n:6.2f} KiB/request  {rng} {name}")
+    if os.environ.get("BYSIZE"):
+        groups = collections.Counter()
+        for d, (rng, name) in rows:
+            lo, hi = (int(x, 16) for x in rng.split("-"))
+            groups[((hi - lo) >> 10, name)] += d
+        for (size, name), d in groups.most_common(8):
+            print(f"  mappings of {size} KiB {name}: {d} KiB growth, {d / n:.2f} KiB/request")
     if best:
         rng, hist, depths = best
         print(f"stacks ({rng}): resident pages per stack {sorted(hist.items())[:8]}")
