@@ -324,6 +324,7 @@ fn run_instance(host: Arc<HostInner>, id: u64, first: Job) {
     let status = &status;
     let host = &host;
     let proxy = &proxy;
+    let tag = &tag;
     let serve = async move |accessor: &Accessor<GuestState>| -> wasmtime::Result<()> {
         let mut in_flight = FuturesUnordered::new();
         // The deadlines of the requests in flight (few: a Vec will do).
@@ -345,33 +346,31 @@ fn run_instance(host: Arc<HostInner>, id: u64, first: Job) {
                 deadlines.push(deadline);
                 let latest = deadlines.iter().copied().max().unwrap_or(deadline);
                 status.enter(Phase::Requests, latest);
-                let (tx, rx) = oneshot::channel();
+                // The guest's answer goes straight to the request fiber.
                 let prepared = accessor.with(|mut access| {
                     let mut store = access.as_context_mut();
                     let fuel = store.get_fuel().unwrap_or(0);
                     let _ = store.set_fuel(fuel.saturating_add(config.fuel_limit));
-                    Prepared::new(store, proxy, request, GuestState::http, tx)
+                    Prepared::new(store, proxy, request, GuestState::http, reply)
                 });
                 in_flight.push(async move {
-                    let responded = match prepared {
+                    let healthy = match prepared {
+                        // `false`: it expired in the loop (its fiber answers
+                        // its own deadline). A trap does not come back here:
+                        // it ends the whole event loop, and with it every
+                        // request of this instance.
                         Ok(prepared) => {
                             let expiry = spindle::time::sleep_until_future(deadline);
                             prepared.run(accessor, expiry).await?
                         }
+                        // The call could not start, and the reply went with
+                        // it: the request fiber sees its channel closed.
                         Err(e) => {
-                            let _ = reply.send(Err(e));
-                            return Ok::<_, wasmtime::Error>((true, false, deadline));
+                            tracing::warn!(instance = %tag, "a request could not start: {e:#}");
+                            false
                         }
                     };
-                    let result = rx.await.unwrap_or_else(|_| {
-                        Err(wasmtime::format_err!("guest returned without a response"))
-                    });
-                    let trapped = result
-                        .as_ref()
-                        .err()
-                        .is_some_and(|e| e.downcast_ref::<wasmtime::Trap>().is_some());
-                    let _ = reply.send(result);
-                    Ok::<_, wasmtime::Error>((responded, trapped, deadline))
+                    Ok::<_, wasmtime::Error>((healthy, deadline))
                 });
             };
 
@@ -383,14 +382,14 @@ fn run_instance(host: Arc<HostInner>, id: u64, first: Job) {
                 // Finished (or expired) requests first: an expiry or a trap
                 // must stop this instance taking more before it looks.
                 while let Poll::Ready(Some(done)) = in_flight.poll_next_unpin(cx) {
-                    let (responded, trapped, deadline) = done?;
+                    let (healthy, deadline) = done?;
                     if let Some(i) = deadlines.iter().position(|d| *d == deadline) {
                         deadlines.swap_remove(i);
                     }
                     if let Some(latest) = deadlines.iter().copied().max() {
                         status.enter(Phase::Requests, latest);
                     }
-                    if !responded || trapped {
+                    if !healthy {
                         may_accept = false;
                     }
                 }

@@ -64,15 +64,59 @@ impl IoWaiter {
     }
 }
 
+/// The waiters of one direction. Almost always none or one, kept inline:
+/// a connection's slot holds no heap memory while it waits (10 000 parked
+/// connections are 10 000 slots); a second waiter spills into `rest`.
+/// Invariant: `first` is `None` only when `rest` is empty.
+#[derive(Default)]
+struct WaitList {
+    first: Option<IoWaiter>,
+    rest: Vec<IoWaiter>,
+}
+
+impl WaitList {
+    fn push(&mut self, waiter: IoWaiter) {
+        if self.first.is_none() {
+            self.first = Some(waiter);
+        } else {
+            self.rest.push(waiter);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &IoWaiter> {
+        self.first.iter().chain(&self.rest)
+    }
+
+    fn retain(&mut self, mut keep: impl FnMut(&IoWaiter) -> bool) {
+        if self.first.as_ref().is_some_and(|w| !keep(w)) {
+            self.first = None;
+        }
+        self.rest.retain(&mut keep);
+        if self.first.is_none() && !self.rest.is_empty() {
+            self.first = Some(self.rest.remove(0));
+        }
+    }
+
+    /// Every waiter, leaving the list empty and holding no memory.
+    fn take_all(&mut self) -> impl Iterator<Item = IoWaiter> {
+        let WaitList { first, rest } = std::mem::take(self);
+        first.into_iter().chain(rest)
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct Waiters {
     pub(crate) bits: u8,
-    read: Vec<IoWaiter>,
-    write: Vec<IoWaiter>,
+    read: WaitList,
+    write: WaitList,
 }
 
 impl Waiters {
-    fn list(&mut self, dir: u8) -> &mut Vec<IoWaiter> {
+    fn list(&mut self, dir: u8) -> &mut WaitList {
         if dir == READ {
             &mut self.read
         } else {
@@ -110,14 +154,12 @@ impl Waiters {
     /// Replaces a future's registration (same waker) or adds it.
     pub(crate) fn set_waker(&mut self, dir: u8, waker: &Waker) {
         let list = self.list(dir);
-        for w in list.iter_mut() {
-            if let IoWaiter::Waker(old) = w {
-                if old.will_wake(waker) {
-                    return;
-                }
-            }
+        let registered = list
+            .iter()
+            .any(|w| matches!(w, IoWaiter::Waker(old) if old.will_wake(waker)));
+        if !registered {
+            list.push(IoWaiter::Waker(waker.clone()));
         }
-        list.push(IoWaiter::Waker(waker.clone()));
     }
 }
 
@@ -146,10 +188,8 @@ impl FdSlot {
     /// Records an edge from the poller: wakes the waiters of each ready
     /// direction, or banks the edge when there are none.
     pub(crate) fn deliver(&self, generation: u32, dirs: u8) {
-        // Usually one waiter per direction: those go in `first`, without
-        // allocating; more spill into `woken`.
-        let mut first: [Option<IoWaiter>; 2] = [None, None];
-        let mut woken: Vec<IoWaiter> = Vec::new();
+        // Usually one waiter per direction, so usually nothing allocated.
+        let mut woken: [WaitList; 2] = Default::default();
         {
             let mut w = self.lock();
             if self.generation.load(Ordering::Acquire) != generation {
@@ -164,34 +204,28 @@ impl FdSlot {
                 // at the bit on its next poll, so for it the edge is banked
                 // as well as delivered.
                 let bank = list.is_empty() || list.iter().any(|x| matches!(x, IoWaiter::Waker(_)));
-                if list.len() == 1 {
-                    first[(dir == WRITE) as usize] = list.pop();
-                } else {
-                    woken.append(list);
-                }
+                woken[(dir == WRITE) as usize] = std::mem::take(list);
                 if bank {
                     w.bits |= dir;
                 }
             }
             w.bits |= dirs & READ_CLOSED;
         }
-        for waiter in first.into_iter().flatten().chain(woken) {
+        for waiter in woken.iter_mut().flat_map(WaitList::take_all) {
             waiter.wake(Wake::Ready);
         }
     }
 
     /// The fd is being closed: wake everyone with `Closed`, reset the slot.
     pub(crate) fn close(&self) {
-        let woken: Vec<IoWaiter> = {
+        let (mut read, mut write) = {
             let mut w = self.lock();
             self.generation.fetch_add(1, Ordering::AcqRel);
             self.poller.store(0, Ordering::Release);
             w.bits = 0;
-            let mut all = std::mem::take(&mut w.read);
-            all.append(&mut w.write);
-            all
+            (std::mem::take(&mut w.read), std::mem::take(&mut w.write))
         };
-        for waiter in woken {
+        for waiter in read.take_all().chain(write.take_all()) {
             waiter.wake(Wake::Closed);
         }
     }
@@ -346,5 +380,25 @@ mod tests {
         slot.deliver(0, READ);
         assert_eq!(wakes(&count), 0);
         assert!(slot.lock().take_bit(READ), "banked instead");
+    }
+
+    #[test]
+    fn many_waiters_spill_and_each_is_woken_once_even_after_the_first_leaves() {
+        let slot = FdSlot::new();
+        let wakers: Vec<_> = (0..4).map(|_| counting_waker()).collect();
+        for (waker, _) in &wakers {
+            slot.lock().set_waker(READ, waker);
+        }
+        // The inline one leaves: the first spilled waiter takes its place.
+        slot.lock().remove_waker(READ, &wakers[0].0);
+        assert!(slot.lock().read.first.is_some());
+        slot.deliver(0, READ);
+        let counts: Vec<usize> = wakers.iter().map(|(_, c)| wakes(c)).collect();
+        assert_eq!(counts, [0, 1, 1, 1]);
+        let w = slot.lock();
+        assert!(w.read.is_empty() && w.read.rest.capacity() == 0, "nothing held");
+        drop(w);
+        slot.deliver(0, READ);
+        assert_eq!(wakes(&wakers[1].1), 1, "woken once: the list was emptied");
     }
 }
