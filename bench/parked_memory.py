@@ -13,6 +13,13 @@ server process
 
     python3 bench/parked_memory.py [--n 1000] [--binary target/release/spindle]
 
+It prints the growth and the absolute RSS, idle and parked: compare builds
+on both (a process whose idle baseline is already large, such as an
+allocator's huge pages, grows less for the same cost). Environment:
+EXTRA="--flag value" adds `spindle serve` flags; ROWS=N lists N mappings;
+BYSIZE=1 sums the growth by mapping size (625 instances show as 625 small
+mappings of one size).
+
 Needs root (pagemap's present bits, /proc/PID/mem). Server on CPU 1.
 The fiber stack of a parked connection is one page when everything it
 ran, from the head's parse to the park, stayed within 4 KiB.
@@ -130,7 +137,8 @@ def main():
     total = sum(during.values()) - sum(before.values())
     ok = sum(1 for a in answers if a == b"200")
     print(f"{n} parked, {ok} answered 200; RSS growth {total / 1024:.1f} MiB, "
-          f"{total / n:.2f} KiB per request")
+          f"{total / n:.2f} KiB per request; RSS idle {sum(before.values()) / 1024:.1f} MiB, "
+          f"parked {sum(during.values()) / 1024:.1f} MiB")
     rows = sorted(((v - before.get(k, 0), k) for k, v in during.items()), reverse=True)
     for d, (rng, name) in rows[:int(os.environ.get("ROWS", "6"))]:
         if d >= 64:

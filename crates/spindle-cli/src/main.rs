@@ -4,14 +4,6 @@
 //! `spindle run --help` explain every flag; each flag can also come from
 //! the environment variable named in its help (a flag on the command line
 //! wins).
-/// The process's allocator: mimalloc, not the system's. A guest request
-/// makes some forty small allocations (wasmtime's per-call state, the
-/// `wasi:http` resources, the reply channels); with glibc's allocator a
-/// WASI 0.3 hello cost 16 % more CPU and 10 000 parked requests 18 MiB
-/// more RSS (`bench/RESULTS.md`, "mimalloc in `spindle serve`").
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 
 mod access_log;
 mod log_writer;

@@ -396,7 +396,10 @@ mod tests {
         let counts: Vec<usize> = wakers.iter().map(|(_, c)| wakes(c)).collect();
         assert_eq!(counts, [0, 1, 1, 1]);
         let w = slot.lock();
-        assert!(w.read.is_empty() && w.read.rest.capacity() == 0, "nothing held");
+        assert!(
+            w.read.is_empty() && w.read.rest.capacity() == 0,
+            "nothing held"
+        );
         drop(w);
         slot.deliver(0, READ);
         assert_eq!(wakes(&wakers[1].1), 1, "woken once: the list was emptied");
