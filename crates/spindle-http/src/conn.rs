@@ -279,6 +279,18 @@ impl Conn {
                 return Head::Closed;
             }
             let _ = conn.set_read_timeout(Some(timeout));
+            // Nothing buffered: wait without a buffer, so an idle
+            // keep-alive connection holds none (see `read_buf`). Over TLS
+            // the session may hold decrypted bytes the socket does not
+            // show, so there the read itself waits.
+            if buf.is_empty() {
+                if let Stream::Plain(tcp) = &**conn {
+                    buf.release();
+                    if tcp.wait_readable().is_err() {
+                        return Head::Closed;
+                    }
+                }
+            }
             match buf.fill_with(|free| (&**conn).read(free)) {
                 Ok(0) | Err(_) => return Head::Closed,
                 Ok(_) => *phase = Phase::Head,
@@ -517,4 +529,60 @@ fn body_reader(
         config.body_read_timeout,
         std::time::Instant::now() + config.body_deadline,
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::time::Duration;
+
+    use crate::{Body, Response, Server};
+
+    /// Reads one `ok` answer off a keep-alive connection.
+    fn answer(s: &mut std::net::TcpStream) {
+        let mut got = Vec::new();
+        let mut chunk = [0u8; 512];
+        while !got.ends_with(b"\r\n\r\nok") {
+            let n = s.read(&mut chunk).unwrap();
+            assert!(n > 0, "closed before the answer: {got:?}");
+            got.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    #[test]
+    fn idle_keep_alive_connections_hold_no_read_buffer() {
+        let rt = spindle::Runtime::builder().workers(1).build().unwrap();
+        let addr = rt.run(|| {
+            let server = Server::bind("127.0.0.1:0").unwrap();
+            let addr = server.local_addr().unwrap();
+            spindle::spawn(move || server.serve(|_| Response::new(Body::from("ok"))));
+            addr
+        });
+        let mut idle = Vec::new();
+        for _ in 0..20 {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            s.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+            answer(&mut s);
+            idle.push(s);
+        }
+        // Every connection is now waiting for its next request, on the one
+        // worker whose buffer cache this looks at.
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(rt.run(crate::read_buf::held_on_this_thread), 0);
+        // And each still serves: the wait without a buffer loses nothing.
+        for s in &mut idle {
+            s.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+            answer(s);
+        }
+        // A request sent in pieces: the head waits for its rest holding
+        // the buffer, then lets it go once answered.
+        let s = &mut idle[0];
+        s.write_all(b"GET / HTTP/1.1\r\n").unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        s.write_all(b"Host: a\r\n\r\n").unwrap();
+        answer(s);
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(rt.run(crate::read_buf::held_on_this_thread), 0);
+    }
 }

@@ -11,12 +11,15 @@
 //!   separate zeroed scratch array per connection, copied from, cost a
 //!   second 8 KiB per connection; zeroing the free space before each read
 //!   cost a `memset` per request.
-//! - **No buffer while the handler runs.** A request whose head is parsed
-//!   owns a copy of its head, so a connection whose buffer is then empty
-//!   gives the buffer back ([`ReadBuf::release`]) before calling the
-//!   handler. Released buffers wait in a small per-thread cache for the
-//!   next connection that reads, so under load a handful of buffers serve
-//!   every connection, and 10 000 requests parked in their handlers hold
+//! - **No buffer while the handler runs, nor while the connection waits
+//!   for its next request.** A request whose head is parsed owns a copy of
+//!   its head, so a connection whose buffer is then empty gives the buffer
+//!   back ([`ReadBuf::release`]) before calling the handler; with nothing
+//!   buffered it also gives it back before it waits for bytes, and takes
+//!   one only once the socket is readable. Released buffers wait in a
+//!   small per-thread cache for the next connection that reads, so under
+//!   load a handful of buffers serve every connection, and 10 000 requests
+//!   parked in their handlers, or 10 000 idle keep-alive connections, hold
 //!   none.
 //!
 //! The cache is per worker thread and touched only between reads (never
@@ -36,6 +39,20 @@ const CACHED: usize = 256;
 
 thread_local! {
     static SPARE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Buffers made on this thread (for tests: made minus cached is what
+    /// connections hold).
+    static MADE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// How many buffers made on this thread are not in its cache: held by
+/// connections (or dropped, which no test here does).
+#[cfg(test)]
+pub(crate) fn held_on_this_thread() -> usize {
+    MADE.get() - SPARE.with(|s| s.borrow().len())
 }
 
 /// Bytes read and not yet consumed (see the module docs).
@@ -165,7 +182,11 @@ fn take_spare() -> Vec<u8> {
         .try_with(|spare| spare.try_borrow_mut().ok()?.pop())
         .ok()
         .flatten()
-        .unwrap_or_else(|| vec![0; INITIAL])
+        .unwrap_or_else(|| {
+            #[cfg(test)]
+            MADE.set(MADE.get() + 1);
+            vec![0; INITIAL]
+        })
 }
 
 #[cfg(test)]

@@ -452,3 +452,37 @@ fn udp_and_unix_sockets_park_too() {
         assert_eq!(&reader.join().unwrap().unwrap(), b"unix");
     });
 }
+
+#[test]
+fn wait_readable_after_a_short_read_waits_for_the_next_byte_and_for_no_longer_than_the_timeout() {
+    spindle::run(|| {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        s.write_all(b"ab").unwrap();
+        let mut buf = [0u8; 16];
+        // A short read: the receive queue is empty, the next byte is an edge.
+        assert_eq!((&c).read(&mut buf).unwrap(), 2);
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let writer = spindle::spawn(move || {
+            spindle::time::sleep(Duration::from_millis(50));
+            s.write_all(b"c").unwrap();
+            s
+        });
+        c.wait_readable().unwrap();
+        assert_eq!((&c).read(&mut buf).unwrap(), 1);
+        let mut s = writer.join().unwrap();
+        // Short again, and nothing comes: the read timeout ends the wait.
+        c.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let err = c.wait_readable().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::TimedOut);
+        // A byte already there: answered at once, and still readable.
+        s.write_all(b"d").unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.wait_readable().unwrap();
+        c.wait_readable().unwrap();
+        assert_eq!((&c).read(&mut buf).unwrap(), 1);
+        assert_eq!(&buf[..1], b"d");
+    });
+}

@@ -240,6 +240,21 @@ impl<S: AsRawFd + IntoRawFd> Timed<S> {
         Ok(n)
     }
 
+    /// Waits until a stream read would not wait, without reading. After a
+    /// short read the receive queue was empty, so the next byte raises an
+    /// edge: wait for it, no syscall (as `reading_stream` would). Otherwise
+    /// `probe` (a one-byte peek) answers at once if something is there, and
+    /// its `WouldBlock` parks.
+    pub(crate) fn wait_readable_stream(
+        &self,
+        probe: impl FnMut(&S) -> io::Result<usize>,
+    ) -> io::Result<()> {
+        if self.drained.swap(false, Ordering::Relaxed) && crate::future::can_suspend() {
+            return crate::io::wait_fd(self.fd(), READ, self.read_timeout.deadline(), false);
+        }
+        self.reading(probe).map(|_| ())
+    }
+
     /// Same for a write-side operation, under the write deadline.
     pub(crate) fn writing<T>(&self, mut op: impl FnMut(&S) -> io::Result<T>) -> io::Result<T> {
         retry(

@@ -320,10 +320,8 @@ impl TcpStream {
     /// });
     /// ```
     pub fn wait_readable(&self) -> io::Result<()> {
-        // A one-byte peek answers at once if something is there; its
-        // `WouldBlock` is what parks.
         let mut probe = [0u8; 1];
-        self.sock.reading(|sock| sock.peek(&mut probe)).map(|_| ())
+        self.sock.wait_readable_stream(|sock| sock.peek(&mut probe))
     }
 
     /// Reads without consuming (`MSG_PEEK`).
