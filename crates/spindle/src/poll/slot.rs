@@ -101,10 +101,9 @@ impl WaitList {
         }
     }
 
-    /// Every waiter, leaving the list empty and holding no memory.
-    fn take_all(&mut self) -> impl Iterator<Item = IoWaiter> {
-        let WaitList { first, rest } = std::mem::take(self);
-        first.into_iter().chain(rest)
+    /// Every waiter, in the order they came.
+    fn into_waiters(self) -> impl Iterator<Item = IoWaiter> {
+        self.first.into_iter().chain(self.rest)
     }
 }
 
@@ -211,21 +210,21 @@ impl FdSlot {
             }
             w.bits |= dirs & READ_CLOSED;
         }
-        for waiter in woken.iter_mut().flat_map(WaitList::take_all) {
+        for waiter in woken.into_iter().flat_map(WaitList::into_waiters) {
             waiter.wake(Wake::Ready);
         }
     }
 
     /// The fd is being closed: wake everyone with `Closed`, reset the slot.
     pub(crate) fn close(&self) {
-        let (mut read, mut write) = {
+        let (read, write) = {
             let mut w = self.lock();
             self.generation.fetch_add(1, Ordering::AcqRel);
             self.poller.store(0, Ordering::Release);
             w.bits = 0;
             (std::mem::take(&mut w.read), std::mem::take(&mut w.write))
         };
-        for waiter in read.take_all().chain(write.take_all()) {
+        for waiter in read.into_waiters().chain(write.into_waiters()) {
             waiter.wake(Wake::Closed);
         }
     }
