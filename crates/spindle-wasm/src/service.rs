@@ -83,7 +83,9 @@ type Reply = Result<http::Response<WasiBody>, wasmtime::Error>;
 pub(crate) struct Job {
     /// With its URI absolute; its body becomes the guest's on the
     /// instance fiber (off the request fiber's stack, see `submit`).
-    request: Request<Body>,
+    /// Boxed: a burst of requests waiting for instances grows the pool's
+    /// queue, which keeps its size, so a queued job is kept small.
+    request: Box<Request<Body>>,
     reply: oneshot::Sender<Reply>,
     deadline: Instant,
     /// Set by the instance that takes the job: it was made for this job.
@@ -342,7 +344,7 @@ fn run_instance(host: Arc<HostInner>, id: u64, first: Job) {
                     deadline,
                     ..
                 } = job;
-                let request = request.map(crate::proxy::request_body);
+                let request = (*request).map(crate::proxy::request_body);
                 deadlines.push(deadline);
                 let latest = deadlines.iter().copied().max().unwrap_or(deadline);
                 status.enter(Phase::Requests, latest);
@@ -619,7 +621,7 @@ fn submit(
     Pool::submit(
         host,
         Job {
-            request: req,
+            request: Box::new(req),
             reply,
             deadline,
             fresh_instance: fresh_instance.clone(),
