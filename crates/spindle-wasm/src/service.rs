@@ -92,6 +92,10 @@ pub(crate) struct Job {
     fresh_instance: Arc<AtomicBool>,
 }
 
+// A queued job stays a few words: the queue keeps the capacity a burst
+// grew it to (see `Job::request`).
+const _: () = assert!(std::mem::size_of::<Job>() <= 64);
+
 /// Where requests wait for an instance, and which instances wait for one.
 pub(crate) struct Pool {
     state: Mutex<PoolState>,
