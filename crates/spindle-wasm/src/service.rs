@@ -44,11 +44,13 @@
 //! wasmtime cannot cancel one guest task, and a deadline future inside the
 //! event loop is not polled while a task holds the store. So the request
 //! fiber waits for its reply with its own deadline and answers 500 when it
-//! passes; the instance, polled from outside its loop, knows the latest
-//! deadline of its requests in flight and drops itself once that is past
-//! (every request in it has been answered by then). A request that expired
-//! inside the loop stops the instance taking more; it ends when its other
-//! requests are done. A trap ends the instance: its requests get 500 and
+//! passes, and nothing inside the loop keeps a timer per request. The
+//! instance, polled from outside its loop by one timer of its own, knows
+//! the earliest and the latest deadline of its requests in flight. Past the
+//! earliest, it takes no more requests; past the latest, it drops itself
+//! (every request in it has been answered by then), so an expired request
+//! keeps its instance until the guest answers it late or the instance's
+//! other requests are done or past their own deadlines. A trap ends the instance: its requests get 500 and
 //! the next ones go to a new instance. Fuel is per store in wasmtime, so
 //! the budget is per instance: every request it accepts adds `fuel_limit`
 //! to its tank, and running dry is a trap like any other.
@@ -65,12 +67,13 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use futures::channel::oneshot;
+use futures::future::{Either, FutureExt};
 use futures::stream::{FuturesUnordered, StreamExt};
 use http_body::Body as _;
 use spindle_http::{Body, Request, Response, StatusCode};
 use wasmtime::component::Accessor;
 use wasmtime::AsContextMut;
-use wasmtime_wasi_http::handler::{ExpirationError, Prepared, Proxy};
+use wasmtime_wasi_http::handler::{Prepared, Proxy};
 use wasmtime_wasi_http::{WasiBody, WasiHttpView};
 
 use crate::host::{Admission, GuestState, HostInner, Pre};
@@ -259,6 +262,11 @@ struct Status {
     phase: Cell<Phase>,
     /// When to drop the instance if the phase does not change.
     kill_at: Cell<Instant>,
+    /// The earliest deadline of the requests in flight: once it passes,
+    /// the instance takes no more (see [`Status::expire_due`]).
+    stop_at: Cell<Option<Instant>>,
+    /// A request of it passed its deadline inside the loop.
+    expired: Cell<bool>,
     /// Cleared when a request is accepted; set once the loop has parked
     /// with every task waiting.
     may_interleave: Cell<bool>,
@@ -273,6 +281,33 @@ impl Status {
         self.phase.set(phase);
         self.kill_at.set(kill_at);
     }
+
+    /// Records the deadlines of the requests in flight.
+    fn in_flight(&self, deadlines: &[Instant]) {
+        if let Some(latest) = deadlines.iter().copied().max() {
+            self.enter(Phase::Requests, latest);
+        }
+        self.stop_at.set(deadlines.iter().copied().min());
+    }
+
+    /// Whether a request in flight is past its deadline (checked, not
+    /// waited for: the request fiber answers its own deadline, and the
+    /// instance's driver wakes at the earliest one).
+    fn expire_due(&self, now: Instant) -> bool {
+        if !self.expired.get() && self.stop_at.get().is_some_and(|at| now >= at) {
+            self.expired.set(true);
+        }
+        self.expired.get()
+    }
+
+    /// When the driver must look next: the kill time, or the earliest
+    /// deadline in flight while no request has expired yet.
+    fn next_check(&self) -> Instant {
+        match self.stop_at.get() {
+            Some(at) if !self.expired.get() => at.min(self.kill_at.get()),
+            _ => self.kill_at.get(),
+        }
+    }
 }
 
 /// On its own fiber: instantiates the component, serves `first` and then
@@ -286,6 +321,8 @@ fn run_instance(host: Arc<HostInner>, id: u64, first: Job) {
     let status = Status {
         phase: Cell::new(Phase::Requests),
         kill_at: Cell::new(first.deadline),
+        stop_at: Cell::new(Some(first.deadline)),
+        expired: Cell::new(false),
         may_interleave: Cell::new(false),
         computing: Cell::new(false),
         available: Cell::new(true),
@@ -350,8 +387,7 @@ fn run_instance(host: Arc<HostInner>, id: u64, first: Job) {
                 } = job;
                 let request = (*request).map(crate::proxy::request_body);
                 deadlines.push(deadline);
-                let latest = deadlines.iter().copied().max().unwrap_or(deadline);
-                status.enter(Phase::Requests, latest);
+                status.in_flight(deadlines);
                 // The guest's answer goes straight to the request fiber.
                 let prepared = accessor.with(|mut access| {
                     let mut store = access.as_context_mut();
@@ -359,24 +395,28 @@ fn run_instance(host: Arc<HostInner>, id: u64, first: Job) {
                     let _ = store.set_fuel(fuel.saturating_add(config.fuel_limit));
                     Prepared::new(store, proxy, request, GuestState::http, reply)
                 });
-                in_flight.push(async move {
-                    let healthy = match prepared {
-                        // `false`: it expired in the loop (its fiber answers
-                        // its own deadline). A trap does not come back here:
-                        // it ends the whole event loop, and with it every
-                        // request of this instance.
-                        Ok(prepared) => {
-                            let expiry = spindle::time::sleep_until_future(deadline);
-                            prepared.run(accessor, expiry).await?
-                        }
-                        // The call could not start, and the reply went with
-                        // it: the request fiber sees its channel closed.
-                        Err(e) => {
-                            tracing::warn!(instance = %tag, "a request could not start: {e:#}");
-                            false
-                        }
-                    };
-                    Ok::<_, wasmtime::Error>((healthy, deadline))
+                // Built as a plain future, not an `async` block: a block would
+                // keep its own copy of `prepared` beside the call's, in a
+                // state held by every parked request.
+                in_flight.push(match prepared {
+                    // No expiry inside the loop: the request fiber answers
+                    // its own deadline, and the instance's driver watches the
+                    // earliest one (`Status::expire_due`). A request past it
+                    // stays here until the guest answers or the instance is
+                    // dropped. A trap does not come back here: it ends the
+                    // whole event loop, and with it every request of this
+                    // instance.
+                    Ok(prepared) => Either::Left(
+                        prepared
+                            .run(accessor, std::future::pending())
+                            .map(move |sent| sent.map(|_| (true, deadline))),
+                    ),
+                    // The call could not start, and the reply went with it:
+                    // the request fiber sees its channel closed.
+                    Err(e) => {
+                        tracing::warn!(instance = %tag, "a request could not start: {e:#}");
+                        Either::Right(std::future::ready(Ok((false, deadline))))
+                    }
                 });
             };
 
@@ -385,19 +425,20 @@ fn run_instance(host: Arc<HostInner>, id: u64, first: Job) {
 
         std::future::poll_fn(|cx| -> Poll<wasmtime::Result<()>> {
             loop {
-                // Finished (or expired) requests first: an expiry or a trap
-                // must stop this instance taking more before it looks.
+                // Finished requests first: a failed start or a trap must stop
+                // this instance taking more before it looks.
                 while let Poll::Ready(Some(done)) = in_flight.poll_next_unpin(cx) {
                     let (healthy, deadline) = done?;
                     if let Some(i) = deadlines.iter().position(|d| *d == deadline) {
                         deadlines.swap_remove(i);
                     }
-                    if let Some(latest) = deadlines.iter().copied().max() {
-                        status.enter(Phase::Requests, latest);
-                    }
+                    status.in_flight(&deadlines);
                     if !healthy {
                         may_accept = false;
                     }
+                }
+                if status.expire_due(spindle::time::now()) {
+                    may_accept = false;
                 }
                 let ready = accessor.poll_ready_for_concurrent_call(func, cx).is_ready();
                 if accepted >= reuse {
@@ -452,23 +493,29 @@ fn run_instance(host: Arc<HostInner>, id: u64, first: Job) {
             }
             // Polled from outside the loop: a task that holds the store
             // cannot stop this.
-            // One timer per instance: armed again only when the deadline
-            // moves earlier, or when it fires before a deadline that moved
-            // later (every accepted request moves it).
-            let kill_at = status.kill_at.get();
-            if kill_at < kill.deadline() {
-                kill = spindle::time::sleep_until_future(kill_at);
+            // One timer per instance, for the earliest deadline in flight
+            // and then the kill time: armed again only when that moves
+            // earlier, or when it fires before a time that moved later
+            // (every accepted request moves them).
+            let next = status.next_check();
+            if next < kill.deadline() {
+                kill = spindle::time::sleep_until_future(next);
             }
             while Pin::new(&mut kill).poll(cx).is_ready() {
-                if spindle::time::now() < kill_at {
-                    kill = spindle::time::sleep_until_future(kill_at);
-                    continue;
+                let now = spindle::time::now();
+                if now >= status.kill_at.get() {
+                    return Poll::Ready(if status.phase.get() == Phase::Idle {
+                        Ok(())
+                    } else {
+                        Err(wasmtime::format_err!("requests past their deadline"))
+                    });
                 }
-                return Poll::Ready(if status.phase.get() == Phase::Idle {
-                    Ok(())
-                } else {
-                    Err(wasmtime::format_err!("requests past their deadline"))
-                });
+                if status.expire_due(now) {
+                    // Past a request's deadline: no more work here, even
+                    // if the guest computes and the loop is not polled.
+                    Pool::set_available(host, id, &status.available, false);
+                }
+                kill = spindle::time::sleep_until_future(status.next_check());
             }
             if watch.woke() {
                 // One self-wake may be the loop's own deferred work (a call
@@ -731,9 +778,6 @@ fn finish(
     };
     let response = match answer {
         Some(Ok(Ok(response))) => response,
-        Some(Ok(Err(e))) if e.downcast_ref::<ExpirationError>().is_some() => {
-            return failed(Outcome::Deadline, "deadline exceeded (--timeout)".into())
-        }
         Some(Ok(Err(e))) => {
             let outcome = match e.downcast_ref::<wasmtime::Trap>() {
                 Some(wasmtime::Trap::OutOfFuel) => Outcome::FuelExhausted,

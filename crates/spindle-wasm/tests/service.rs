@@ -208,6 +208,35 @@ fn a_p3_sleep_past_the_deadline_on_an_idle_worker_is_answered_at_the_deadline() 
     assert_eq!(get(addr, "/?ms=10", "").0, 200);
 }
 
+#[test]
+fn an_instance_past_one_deadline_takes_no_more_but_answers_its_other_requests() {
+    let (_rt, addr, host) = serve_p3("sleep-p3", 1, config().timeout(Duration::from_secs(3)));
+    let started = Instant::now();
+    // A: sleeps past its deadline (t+3 s).
+    let a = std::thread::spawn(move || get(addr, "/?ms=10000", ""));
+    // B: joins A's instance at t+1.5 s and answers at t+3.5 s, after A
+    // expired there.
+    std::thread::sleep(Duration::from_millis(1500));
+    let b = std::thread::spawn(move || get(addr, "/?ms=2000", ""));
+    let (a_status, _) = a.join().unwrap();
+    let a_took = started.elapsed();
+    assert_eq!(a_status, 500);
+    assert!(
+        a_took >= Duration::from_millis(2900) && a_took < Duration::from_millis(4500),
+        "A answered after {a_took:?}"
+    );
+    assert_eq!(host.instances_made(), 1, "B shared A's instance");
+    // C, after A's deadline: not given to the instance A expired on.
+    assert_eq!(get(addr, "/?ms=10", ""), (200, "slept 10 ms".into()));
+    assert_eq!(host.instances_made(), 2);
+    // B still gets its answer from the expired instance.
+    assert_eq!(b.join().unwrap(), (200, "slept 2000 ms".into()));
+    // Then that instance goes (A's guest task is still asleep in it), and
+    // the other one at its idle timeout.
+    eventually("both instances are dropped", || host.instances() == 0);
+    assert_eq!(get(addr, "/?ms=10", "").0, 200);
+}
+
 static UPSTREAM_NOW: AtomicUsize = AtomicUsize::new(0);
 static UPSTREAM_MOST: AtomicUsize = AtomicUsize::new(0);
 
