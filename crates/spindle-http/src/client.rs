@@ -387,8 +387,9 @@ impl Client {
         // Read in place (no stack array: the pages a fiber's stack touches
         // stay resident while it waits for the body).
         let mut buf = ReadBuf::new();
+        let mut drained = true;
         loop {
-            match buf.fill_with(|free| read_before(conn, free, deadline)) {
+            match fill(conn, &mut buf, &mut drained, deadline) {
                 Ok(0) if buf.is_empty() => {
                     return Err(io::Error::new(io::ErrorKind::UnexpectedEof, NoResponse))
                 }
@@ -416,7 +417,9 @@ impl Client {
                 buf.consume(head.len);
                 continue;
             }
-            let rest = buf.bytes()[head.len..].to_vec();
+            // What follows the head is the start of the body: the buffer
+            // goes on to the body's reader.
+            buf.consume(head.len);
             let keep_alive = head.keep_alive;
             let framing = head.framing;
             let mut builder = Response::builder()
@@ -429,7 +432,7 @@ impl Client {
                 BodyFraming::Empty => {
                     // Nothing to read: the connection is free now, unless
                     // bytes came that nobody asked for.
-                    if let (true, true, Conn::Owned(stream)) = (keep_alive, rest.is_empty(), stream)
+                    if let (true, true, Conn::Owned(stream)) = (keep_alive, buf.is_empty(), stream)
                     {
                         self.give_back(origin).put(stream);
                     }
@@ -445,8 +448,8 @@ impl Client {
             };
             let reader = ResponseReader {
                 conn: Some(stream),
-                buf: rest,
-                pos: 0,
+                buf,
+                drained,
                 reading,
                 max: self.max_response_bytes,
                 taken: 0,
@@ -581,8 +584,45 @@ struct Deadline {
     per_read: Duration,
 }
 
+/// Reads more of a response into `buf`, waiting as `deadline` allows.
+///
+/// With nothing buffered, and the socket drained by the last read (it
+/// gave less than it was offered; `true` before the first), it waits for
+/// the socket without a buffer, so a request whose answer, or the rest of
+/// whose body, is slow holds none (see `read_buf`). After a full read more
+/// is likely there, and the read goes first. Over TLS the session may hold
+/// decrypted bytes the socket does not show, so there the read itself
+/// waits.
+fn fill(
+    conn: &Stream,
+    buf: &mut ReadBuf,
+    drained: &mut bool,
+    deadline: Deadline,
+) -> io::Result<usize> {
+    if let (Stream::Plain(tcp), true, true) = (conn, buf.is_empty(), *drained) {
+        buf.release();
+        arm_read(conn, deadline)?;
+        tcp.wait_readable()?;
+    }
+    let mut offered = 0;
+    let n = buf.fill_with(|free| {
+        offered = free.len();
+        read_before(conn, free, deadline)
+    })?;
+    *drained = n < offered;
+    Ok(n)
+}
+
 /// One read that waits as `deadline` allows.
 fn read_before(conn: &Stream, buf: &mut [u8], deadline: Deadline) -> io::Result<usize> {
+    arm_read(conn, deadline)?;
+    let mut c = conn;
+    c.read(buf)
+}
+
+/// Sets the timeout of the next read or wait on `conn`: what is left of
+/// the deadline, at most the per-read timeout; `TimedOut` if nothing is.
+fn arm_read(conn: &Stream, deadline: Deadline) -> io::Result<()> {
     let left = deadline.at.map_or(deadline.per_read, |at| {
         at.saturating_duration_since(Instant::now())
             .min(deadline.per_read)
@@ -593,9 +633,7 @@ fn read_before(conn: &Stream, buf: &mut [u8], deadline: Deadline) -> io::Result<
             "the request's deadline passed (Client::request_timeout)",
         ));
     }
-    conn.set_read_timeout(Some(left))?;
-    let mut c = conn;
-    c.read(buf)
+    conn.set_read_timeout(Some(left))
 }
 
 /// An [`ErrorKind::InvalidRequest`] error from whatever refused the request.
@@ -652,9 +690,10 @@ enum Reading {
 /// A failure is an `io::Error` holding the [`Error`] that says its kind.
 struct ResponseReader {
     conn: Option<Conn>,
-    /// Received bytes; `buf[pos..]` are not consumed yet.
-    buf: Vec<u8>,
-    pos: usize,
+    /// Received bytes not consumed yet.
+    buf: ReadBuf,
+    /// The last read left the socket empty (see [`fill`]).
+    drained: bool,
     reading: Reading,
     max: u64,
     taken: u64,
@@ -665,22 +704,13 @@ struct ResponseReader {
 impl ResponseReader {
     /// Reads more bytes into `buf`; 0 at the server's close.
     fn fill(&mut self) -> io::Result<usize> {
-        if self.pos > 0 {
-            self.buf.drain(..self.pos);
-            self.pos = 0;
-        }
         let conn = self
             .conn
             .as_ref()
             .expect("a body being read has its connection");
         // Straight into the buffer: a stack array would stay resident on
         // the reading fiber's stack.
-        let start = self.buf.len();
-        self.buf.resize(start + 16384, 0);
-        let read = read_before(conn, &mut self.buf[start..], self.deadline);
-        self.buf.truncate(start + *read.as_ref().unwrap_or(&0));
-        let k = read?;
-        Ok(k)
+        fill(conn, &mut self.buf, &mut self.drained, self.deadline)
     }
 
     fn fill_or_truncated(&mut self, what: &str) -> io::Result<()> {
@@ -706,7 +736,8 @@ impl ResponseReader {
     fn finish(&mut self) {
         self.reading = Reading::Done;
         let conn = self.conn.take();
-        let clean = self.pos == self.buf.len();
+        let clean = self.buf.is_empty();
+        self.buf.release();
         if let (Some(Conn::Owned(conn)), Some(give_back), true) =
             (conn, self.give_back.take(), clean)
         {
@@ -716,7 +747,7 @@ impl ResponseReader {
 
     fn read_body(&mut self, out: &mut [u8]) -> io::Result<usize> {
         loop {
-            let avail = self.buf.len() - self.pos;
+            let avail = self.buf.len();
             match &mut self.reading {
                 Reading::Done => return Ok(0),
                 Reading::Length(0) => {
@@ -730,14 +761,14 @@ impl ResponseReader {
                     }
                     let n = (*left).min(avail as u64).min(out.len() as u64) as usize;
                     *left -= n as u64;
-                    out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
-                    self.pos += n;
+                    out[..n].copy_from_slice(&self.buf.bytes()[..n]);
+                    self.buf.consume(n);
                     self.count(n)?;
                     return Ok(n);
                 }
                 Reading::Chunked(decoder) => {
                     let (used, found) = decoder
-                        .decode(&self.buf[self.pos..], out.len())
+                        .decode(self.buf.bytes(), out.len())
                         .map_err(|e| e.into_io("response"))?;
                     // A chunk announced larger than what may still come is
                     // refused before it is read.
@@ -746,19 +777,18 @@ impl ResponseReader {
                     }
                     match found {
                         chunked::Decoded::Data { start, len } => {
-                            let at = self.pos + start;
-                            out[..len].copy_from_slice(&self.buf[at..at + len]);
-                            self.pos += used;
+                            out[..len].copy_from_slice(&self.buf.bytes()[start..start + len]);
+                            self.buf.consume(used);
                             self.count(len)?;
                             return Ok(len);
                         }
                         chunked::Decoded::Done => {
-                            self.pos += used;
+                            self.buf.consume(used);
                             self.finish();
                             return Ok(0);
                         }
                         chunked::Decoded::NeedMore => {
-                            self.pos += used;
+                            self.buf.consume(used);
                             self.fill_or_truncated("chunked body")?;
                         }
                     }
@@ -773,8 +803,8 @@ impl ResponseReader {
                         continue;
                     }
                     let n = avail.min(out.len());
-                    out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
-                    self.pos += n;
+                    out[..n].copy_from_slice(&self.buf.bytes()[..n]);
+                    self.buf.consume(n);
                     self.count(n)?;
                     return Ok(n);
                 }
@@ -794,5 +824,95 @@ impl Read for ResponseReader {
             self.conn = None;
             io::Error::from(Error::from_exchange(e))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    /// Reads one request head off `s`.
+    fn read_head(s: &mut std::net::TcpStream) {
+        let mut got = Vec::new();
+        let mut byte = [0u8; 1];
+        while !got.ends_with(b"\r\n\r\n") {
+            assert_eq!(
+                s.read(&mut byte).unwrap(),
+                1,
+                "closed before the head's end"
+            );
+            got.push(byte[0]);
+        }
+    }
+
+    #[test]
+    fn requests_waiting_for_a_slow_answer_hold_no_read_buffer() {
+        const N: usize = 20;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        let (step_tx, step_rx) = mpsc::channel::<()>();
+        let (ready_tx, ready_rx) = mpsc::channel::<()>();
+        // An upstream that answers slowly: the head and half the body once
+        // told, the rest when told again.
+        let upstream = std::thread::spawn(move || {
+            let mut conns = Vec::new();
+            for _ in 0..N {
+                let (mut s, _) = listener.accept().unwrap();
+                read_head(&mut s);
+                conns.push(s);
+            }
+            ready_tx.send(()).unwrap();
+            step_rx.recv().unwrap();
+            for s in &mut conns {
+                s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nok")
+                    .unwrap();
+            }
+            step_rx.recv().unwrap();
+            for s in &mut conns {
+                s.write_all(b"ok").unwrap();
+            }
+        });
+        let rt = spindle::Runtime::builder().workers(1).build().unwrap();
+        let (got_tx, got_rx) = mpsc::channel::<()>();
+        let fibers = rt.run(move || {
+            let client = Arc::new(Client::new());
+            (0..N)
+                .map(|_| {
+                    let (client, url, got) = (client.clone(), url.clone(), got_tx.clone());
+                    spindle::spawn(move || {
+                        let mut body = client.get(&url).unwrap().into_body();
+                        let mut first = [0u8; 2];
+                        body.read_exact(&mut first).unwrap();
+                        assert_eq!(&first, b"ok");
+                        got.send(()).unwrap();
+                        body.into_vec().unwrap()
+                    })
+                })
+                .collect::<Vec<_>>()
+        });
+        // Every request is out and waits for its head, on the one worker
+        // whose buffer cache this looks at.
+        ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(rt.run(crate::read_buf::held_on_this_thread), 0);
+        // Then for the rest of its body.
+        step_tx.send(()).unwrap();
+        for _ in 0..N {
+            got_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(rt.run(crate::read_buf::held_on_this_thread), 0);
+        // And each gets all of it.
+        step_tx.send(()).unwrap();
+        for rest in rt.run(move || {
+            fibers
+                .into_iter()
+                .map(|f| f.join().unwrap())
+                .collect::<Vec<_>>()
+        }) {
+            assert_eq!(rest, b"ok");
+        }
+        upstream.join().unwrap();
     }
 }
