@@ -11,7 +11,11 @@ server process
     a guard page below) and how deep the stacks were written (the lowest
     non-zero byte of each run: fresh stack pages are zero).
 
-    python3 bench/parked_memory.py [--n 1000] [--binary target/release/spindle]
+    python3 bench/parked_memory.py [--n 1000] [--binary target/release/spindle] [--outbound]
+
+With --outbound the guest is fetch-p3 instead, each request parked on an
+outgoing request to a local server (its own process) that answers after
+8 s: the growth then includes the outgoing fiber and client connection.
 
 It prints the growth and the absolute RSS, idle and parked: compare builds
 on both (a process whose idle baseline is already large, such as an
@@ -27,6 +31,7 @@ ran, from the head's parse to the park, stayed within 4 KiB.
 import argparse
 import asyncio
 import collections
+import multiprocessing
 import os
 import socket
 import struct
@@ -77,10 +82,34 @@ def stack_runs(pid, lo, hi):
     return hist, sorted(depths)
 
 
-async def park(port, n, ms):
+def slow_upstream(delay):
+    """A local server, in a process of its own, that answers every request
+    after `delay` seconds; its port."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0))
+    s.listen(4096)
+
+    async def handle(r, w):
+        await r.readuntil(b"\r\n\r\n")
+        await asyncio.sleep(delay)
+        w.write(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\nconnection: close\r\n\r\nslow")
+        await w.drain()
+        w.close()
+
+    async def serve():
+        server = await asyncio.start_server(handle, sock=s)
+        async with server:
+            await server.serve_forever()
+
+    multiprocessing.Process(target=lambda: asyncio.run(serve()), daemon=True).start()
+    return s.getsockname()[1]
+
+
+async def park(port, n, ms, headers=b""):
     async def one():
         r, w = await asyncio.open_connection("127.0.0.1", port)
-        w.write(b"GET /?ms=%d HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" % ms)
+        w.write(b"GET /?ms=%d HTTP/1.1\r\nHost: x\r\n%sConnection: close\r\n\r\n" % (ms, headers))
         await w.drain()
         d = await r.read()
         w.close()
@@ -92,15 +121,22 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--binary", default=os.path.join(ROOT, "target", "release", "spindle"))
+    ap.add_argument("--outbound", action="store_true", help="park on outgoing requests (fetch-p3)")
     args = ap.parse_args()
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    wasm = os.path.join(ROOT, "guests", "wasm", "sleep-p3.wasm")
+    guest, extra, headers = "sleep-p3.wasm", [], b""
+    if args.outbound:
+        upstream = slow_upstream(8.0)
+        guest, extra = "fetch-p3.wasm", ["--allow-outbound", f"127.0.0.1:{upstream}"]
+        headers = b"x-fetch-url: http://127.0.0.1:%d/\r\n" % upstream
+    wasm = os.path.join(ROOT, "guests", "wasm", guest)
     p = subprocess.Popen(["taskset", "-c", "1", args.binary, "serve", wasm, "--listen",
                           f"127.0.0.1:{port}", "--workers", "1", "--max-concurrent",
-                          str(max(1100, args.n)), "--timeout", "60"] + os.environ.get("EXTRA", "").split(),
+                          str(max(1100, args.n)), "--timeout", "60"]
+                         + extra + os.environ.get("EXTRA", "").split(),
                          stderr=subprocess.DEVNULL)
     try:
         for _ in range(400):
@@ -113,18 +149,20 @@ def main():
         before = smaps(p.pid)
 
         async def run():
-            tasks = await park(port, args.n, 4000)
-            await asyncio.sleep(2.5)
+            tasks = await park(port, args.n, 4000, headers)
+            await asyncio.sleep(6.0 if args.outbound else 2.5)
             during = smaps(p.pid)
             best, best_runs = None, -1
             for (rng, name), _ in during.items():
                 if name != "[anon]":
                     continue
                 lo, hi = (int(x, 16) for x in rng.split("-"))
-                if hi - lo > 1 << 30:
+                if hi - lo > int(os.environ.get("STACK_MAP_MAX", str(1 << 30))):
                     continue  # address-space reservations, not stacks
                 hist, depths = stack_runs(p.pid, lo, hi)
                 small = hist[1] + hist[2]
+                if os.environ.get("ALLRUNS"):
+                    print(f"  runs in {rng} ({(hi - lo) >> 20} MiB): {sorted(hist.items())}")
                 if small > best_runs:
                     best, best_runs = (rng, hist, depths), small
             answers = await asyncio.gather(*tasks)

@@ -196,19 +196,7 @@ impl Client {
                 // have acted on it, so only an idempotent request is sent
                 // again (as Go and hyper do).
                 Err(e) if is_no_response(&e) && parts.method.is_idempotent() => {}
-                Err(e) if is_no_response(&e) => {
-                    return Err(Error::new(
-                        ErrorKind::Closed,
-                        io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            format!(
-                                "server closed a reused connection without a response; \
-                                 a {} is not retried (it may have been processed)",
-                                parts.method
-                            ),
-                        ),
-                    ))
-                }
+                Err(e) if is_no_response(&e) => return Err(not_retried(&parts.method)),
                 Err(e) => return Err(Error::from_exchange(e)),
             }
         }
@@ -375,7 +363,10 @@ impl Client {
     }
 
     /// Reads the response head from `stream`; its body is read as the
-    /// caller reads it (a [`ResponseReader`]).
+    /// caller reads it (a [`ResponseReader`]). The loop that waits is kept
+    /// apart from what is done with the head (`respond`, out of line):
+    /// every stack page a fiber touches stays resident while it waits, and
+    /// a request parked on a slow upstream waits here.
     fn read_response(
         &self,
         stream: Conn,
@@ -384,83 +375,110 @@ impl Client {
         deadline: Deadline,
     ) -> io::Result<Response<Body>> {
         let conn: &Stream = &stream;
-        // Read in place (no stack array: the pages a fiber's stack touches
-        // stay resident while it waits for the body).
+        // Read in place (no stack array, see above).
         let mut buf = ReadBuf::new();
         let mut drained = true;
         loop {
             match fill(conn, &mut buf, &mut drained, deadline) {
-                Ok(0) if buf.is_empty() => {
-                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, NoResponse))
-                }
+                Ok(0) if buf.is_empty() => return Err(no_response()),
                 Err(e) if buf.is_empty() && e.kind() == io::ErrorKind::ConnectionReset => {
-                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, NoResponse))
+                    return Err(no_response())
                 }
-                Ok(0) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "truncated response head",
-                    ))
-                }
+                Ok(0) => return Err(truncated_head()),
                 Ok(_) => {}
                 Err(e) => return Err(e),
             }
             // The head's syntax and framing rules are in `h1::response`,
             // which shares `h1::framing` with the server.
+            match self.parse_head(&mut buf, method) {
+                Ok(Some(head)) => {
+                    let body = BodyStart {
+                        stream,
+                        buf,
+                        drained,
+                        deadline,
+                    };
+                    return self.respond(head, body, origin);
+                }
+                Ok(None) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The final response head at the front of `buf`, consumed from it
+    /// (1xx heads before it are skipped); `None` until all of it is there.
+    #[inline(never)]
+    fn parse_head(
+        &self,
+        buf: &mut ReadBuf,
+        method: &Method,
+    ) -> io::Result<Option<response::ResponseHead>> {
+        loop {
             let head = match response::parse_response(buf.bytes(), *method == Method::HEAD) {
                 Ok(Some(head)) => head,
-                Ok(None) => continue,
+                Ok(None) => return Ok(None),
                 Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string())),
             };
-            if head.status.is_informational() {
-                // 100 Continue and friends: skip, read the real response.
-                buf.consume(head.len);
-                continue;
-            }
-            // What follows the head is the start of the body: the buffer
-            // goes on to the body's reader.
             buf.consume(head.len);
-            let keep_alive = head.keep_alive;
-            let framing = head.framing;
-            let mut builder = Response::builder()
-                .status(head.status)
-                .version(head.version);
-            if let Some(headers) = builder.headers_mut() {
-                *headers = head.headers;
+            // 100 Continue and friends: skip, read the real response.
+            if !head.status.is_informational() {
+                return Ok(Some(head));
             }
-            let reading = match framing {
-                BodyFraming::Empty => {
-                    // Nothing to read: the connection is free now, unless
-                    // bytes came that nobody asked for.
-                    if let (true, true, Conn::Owned(stream)) = (keep_alive, buf.is_empty(), stream)
-                    {
-                        self.give_back(origin).put(stream);
-                    }
-                    let resp = builder
-                        .body(Body::empty())
-                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-                    return Ok(resp);
-                }
-                BodyFraming::Length(n) if n > self.max_response_bytes => return Err(too_large()),
-                BodyFraming::Length(n) => Reading::Length(n),
-                BodyFraming::Chunked => Reading::Chunked(chunked::Decoder::new()),
-                BodyFraming::ToClose => Reading::ToClose,
-            };
-            let reader = ResponseReader {
-                conn: Some(stream),
-                buf,
-                drained,
-                reading,
-                max: self.max_response_bytes,
-                taken: 0,
-                deadline,
-                give_back: keep_alive.then(|| self.give_back(origin)),
-            };
-            let resp = builder
-                .body(Body::from_reader(reader))
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-            return Ok(resp);
         }
+    }
+
+    /// The response for a parsed `head`; what followed it in the buffer is
+    /// the start of its body.
+    #[inline(never)]
+    fn respond(
+        &self,
+        head: response::ResponseHead,
+        body: BodyStart,
+        origin: &Origin,
+    ) -> io::Result<Response<Body>> {
+        let BodyStart {
+            stream,
+            buf,
+            drained,
+            deadline,
+        } = body;
+        let keep_alive = head.keep_alive;
+        let mut builder = Response::builder()
+            .status(head.status)
+            .version(head.version);
+        if let Some(headers) = builder.headers_mut() {
+            *headers = head.headers;
+        }
+        let reading = match head.framing {
+            BodyFraming::Empty => {
+                // Nothing to read: the connection is free now, unless bytes
+                // came that nobody asked for.
+                if let (true, true, Conn::Owned(stream)) = (keep_alive, buf.is_empty(), stream) {
+                    self.give_back(origin).put(stream);
+                }
+                return builder
+                    .body(Body::empty())
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e));
+            }
+            BodyFraming::Length(n) if n > self.max_response_bytes => return Err(too_large()),
+            BodyFraming::Length(n) => Reading::Length(n),
+            BodyFraming::Chunked => Reading::Chunked(chunked::Decoder::new()),
+            BodyFraming::ToClose => Reading::ToClose,
+        };
+        let reader = ResponseReader {
+            conn: Some(stream),
+            buf,
+            drained,
+            reading,
+            max: self.max_response_bytes,
+            taken: 0,
+            deadline,
+            give_back: keep_alive.then(|| self.give_back(origin)),
+        };
+        builder
+            .body(Body::from_reader(reader))
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
     }
 }
 
@@ -667,6 +685,43 @@ impl GiveBack {
             idle.push(conn);
         }
     }
+}
+
+/// A response's connection and what was read of its body with its head.
+struct BodyStart {
+    stream: Conn,
+    buf: ReadBuf,
+    drained: bool,
+    deadline: Deadline,
+}
+
+/// A reused connection closed without a response to a request that is not
+/// idempotent: it may have been processed, so it is not sent again.
+#[cold]
+#[inline(never)]
+fn not_retried(method: &Method) -> Error {
+    Error::new(
+        ErrorKind::Closed,
+        io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!(
+                "server closed a reused connection without a response; \
+                 a {method} is not retried (it may have been processed)"
+            ),
+        ),
+    )
+}
+
+/// A connection that closed (or was reset) before a byte of the response:
+/// a stale pooled connection (see [`NoResponse`]).
+#[cold]
+fn no_response() -> io::Error {
+    io::Error::new(io::ErrorKind::UnexpectedEof, NoResponse)
+}
+
+#[cold]
+fn truncated_head() -> io::Error {
+    io::Error::new(io::ErrorKind::UnexpectedEof, "truncated response head")
 }
 
 /// How the rest of a response body is delimited.
