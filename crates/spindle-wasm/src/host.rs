@@ -68,6 +68,7 @@ impl GuestState {
                 allow: config.allow.clone(),
                 client,
                 tag: tag.clone(),
+                background: None,
             },
             tag,
         }

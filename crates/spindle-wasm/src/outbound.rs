@@ -87,6 +87,64 @@ pub(crate) struct OutboundHooks {
     pub(crate) client: spindle_http::Client,
     /// A name for the log lines (the request or command).
     pub(crate) tag: crate::log::Tag,
+    /// Where a WASI 0.3 instance runs host futures beside its guest; `None`
+    /// elsewhere (they then get a fiber each).
+    pub(crate) background: Option<std::sync::Arc<Background>>,
+}
+
+type BackgroundFuture = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Host futures a store's guest depends on but nobody awaits — the body of
+/// an outgoing request that has none on the wire, drained so the guest's
+/// writes to it complete — run by the loop that drives the store (a WASI
+/// 0.3 instance's, see `service`) instead of on a fiber each: 10 000
+/// requests parked on their upstreams would be 10 000 such fibers. The
+/// hooks [`spawn`](Self::spawn) into it; the loop calls
+/// [`poll`](Self::poll) at every poll of its own.
+#[derive(Default)]
+pub(crate) struct Background {
+    inner: std::sync::Mutex<BackgroundInner>,
+}
+
+#[derive(Default)]
+struct BackgroundInner {
+    /// Spawned since the loop last looked.
+    new: Vec<BackgroundFuture>,
+    /// The loop's waker, as of its last poll.
+    waker: Option<std::task::Waker>,
+}
+
+impl Background {
+    /// Hands `future` to the loop (and wakes it to take it).
+    pub(crate) fn spawn(&self, future: BackgroundFuture) {
+        let waker = {
+            let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            inner.new.push(future);
+            inner.waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    /// In the loop, at every poll: moves the newly spawned futures into
+    /// `running` and polls what is ready there.
+    pub(crate) fn poll(
+        &self,
+        running: &mut futures::stream::FuturesUnordered<BackgroundFuture>,
+        cx: &mut std::task::Context<'_>,
+    ) {
+        use futures::StreamExt as _;
+        {
+            let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            running.extend(inner.new.drain(..));
+            match &mut inner.waker {
+                Some(w) => w.clone_from(cx.waker()),
+                None => inner.waker = Some(cx.waker().clone()),
+            }
+        }
+        while let std::task::Poll::Ready(Some(())) = running.poll_next_unpin(cx) {}
+    }
 }
 
 type SendFuture = Box<
@@ -137,10 +195,32 @@ impl WasiHttpHooks for OutboundHooks {
         let (tx, rx) = tokio::sync::oneshot::channel();
         // A fiber of its own: it parks on the netpoller; we are inside a
         // host call and must not.
+        // A GET or HEAD without framing has no body: it goes out at once,
+        // on a pooled connection if one is idle. The guest may still hold
+        // its body open (a WASI 0.3 guest keeps its trailers future until
+        // the response comes), so the body is drained and dropped beside
+        // the exchange, where neither side waits for the other: in the
+        // instance's loop if there is one, else on a fiber of its own
+        // (`drain`).
+        let (parts, body) = request.into_parts();
+        let bodiless = (parts.method == http::Method::GET || parts.method == http::Method::HEAD)
+            && !parts.headers.contains_key(http::header::CONTENT_LENGTH)
+            && !parts.headers.contains_key(http::header::TRANSFER_ENCODING);
+        let body = match (&self.background, bodiless) {
+            (Some(background), true) => {
+                background.spawn(Box::pin(async move {
+                    let _ = body.collect().await;
+                }));
+                None
+            }
+            _ => Some(body),
+        };
         // Boxed: the fiber's first frame holds what its closure captured.
         let job = Box::new(Outbound {
             client,
-            request: Some(request),
+            parts: Some(parts),
+            body,
+            bodiless,
             tx,
         });
         let spawned = spindle::Builder::new()
@@ -170,7 +250,11 @@ type Answer = Result<http::Response<WasiBody>, HttpError>;
 struct Outbound {
     client: spindle_http::Client,
     /// Taken when the request goes out.
-    request: Option<http::Request<WasiBody>>,
+    parts: Option<http::request::Parts>,
+    /// `None` if a bodiless request's body is drained elsewhere already.
+    body: Option<WasiBody>,
+    /// No body goes on the wire (see `send_request`).
+    bodiless: bool,
     tx: tokio::sync::oneshot::Sender<Answer>,
 }
 
@@ -221,23 +305,16 @@ fn send_on_fiber(
 /// The guest's request as the client sends it.
 #[inline(never)]
 fn client_request(job: &mut Outbound) -> Result<http::Request<spindle_http::Body>, HttpError> {
-    let request = job
-        .request
-        .take()
-        .ok_or_else(|| HttpError::InternalError(Some("outgoing request sent twice".into())))?;
-    let (parts, body) = request.into_parts();
-    let bodiless = (parts.method == http::Method::GET || parts.method == http::Method::HEAD)
-        && !parts.headers.contains_key(http::header::CONTENT_LENGTH)
-        && !parts.headers.contains_key(http::header::TRANSFER_ENCODING);
-    let body = if bodiless {
-        // A GET or HEAD without framing has no body: it goes out at once,
-        // on a pooled connection if one is idle. The guest may still hold
-        // its body open (a WASI 0.3 guest keeps its trailers future until
-        // the response comes): a fiber of its own drains and drops it, so
-        // neither side waits for the other.
-        drain(body)?;
+    let sent_twice = || HttpError::InternalError(Some("outgoing request sent twice".into()));
+    let parts = job.parts.take().ok_or_else(sent_twice)?;
+    let body = job.body.take();
+    let body = if job.bodiless {
+        if let Some(body) = body {
+            drain(body)?;
+        }
         spindle_http::Body::empty()
     } else {
+        let body = body.ok_or_else(sent_twice)?;
         // Anything else streams: the guest may send the head, wait for the
         // response's head and only then write its body (an echo of the
         // answer back upstream); collecting the body first would wait for
@@ -254,8 +331,8 @@ fn client_request(job: &mut Outbound) -> Result<http::Request<spindle_http::Body
     Ok(req)
 }
 
-/// Drains and drops a body nobody sends, on a fiber of its own (see
-/// `send_on_fiber`). Out of line: a spawn's frames are deep, and they would
+/// Drains and drops a body nobody sends, on a fiber of its own (where no
+/// loop runs it, see `send_request`). Out of line: a spawn's frames are deep, and they would
 /// stay resident on the outbound fiber's stack while it waits.
 #[inline(never)]
 fn drain(body: WasiBody) -> Result<(), HttpError> {

@@ -334,6 +334,9 @@ fn run_instance(host: Arc<HostInner>, id: u64, first: Job) {
         available: &status.available,
     };
     let mut store = crate::proxy::new_store(&host, tag.clone(), &[]);
+    // The host futures this instance's guest depends on run in its loop.
+    let background = Arc::new(crate::outbound::Background::default());
+    store.data_mut().hooks.background = Some(background.clone());
     let instantiated = spindle::block_on(async {
         let mut instantiate = pin!(pre.instantiate_async(&mut store));
         let mut deadline = spindle::time::sleep_until_future(first.deadline);
@@ -370,6 +373,7 @@ fn run_instance(host: Arc<HostInner>, id: u64, first: Job) {
     let tag = &tag;
     let serve = async move |accessor: &Accessor<GuestState>| -> wasmtime::Result<()> {
         let mut in_flight = FuturesUnordered::new();
+        let mut background_running = FuturesUnordered::new();
         // The deadlines of the requests in flight (few: a Vec will do).
         let mut deadlines: Vec<Instant> = Vec::new();
         let mut accepted = 0usize;
@@ -424,6 +428,7 @@ fn run_instance(host: Arc<HostInner>, id: u64, first: Job) {
         accept(first, &mut in_flight, &mut deadlines);
 
         std::future::poll_fn(|cx| -> Poll<wasmtime::Result<()>> {
+            background.poll(&mut background_running, cx);
             loop {
                 // Finished requests first: a failed start or a trap must stop
                 // this instance taking more before it looks.
