@@ -186,8 +186,12 @@ impl Client {
             encode::RequestFraming::Length(body.len() as u64),
         )
         .map_err(invalid_request)?;
+        // Only the method is needed from here on; the headers and target
+        // are in `head`, and the rest is not kept while the answer is
+        // awaited (a request parked on a slow server holds just that).
+        let method = only_method(parts);
         if let Some(conn) = self.take_idle(&origin) {
-            match self.exchange(conn, &origin, &head, &body, &parts.method) {
+            match self.exchange(conn, &origin, &head, &body, &method) {
                 Ok(resp) => return Ok(resp),
                 // The request never got through whole: nothing was done
                 // with it, any method may go again on a fresh connection.
@@ -195,13 +199,13 @@ impl Client {
                 // It was sent and the server closed without a word: it may
                 // have acted on it, so only an idempotent request is sent
                 // again (as Go and hyper do).
-                Err(e) if is_no_response(&e) && parts.method.is_idempotent() => {}
-                Err(e) if is_no_response(&e) => return Err(not_retried(&parts.method)),
+                Err(e) if is_no_response(&e) && method.is_idempotent() => {}
+                Err(e) if is_no_response(&e) => return Err(not_retried(&method)),
                 Err(e) => return Err(Error::from_exchange(e)),
             }
         }
         let conn = self.connect(&origin)?;
-        self.exchange(conn, &origin, &head, &body, &parts.method)
+        self.exchange(conn, &origin, &head, &body, &method)
             .map_err(fresh_connection_error)
     }
 
@@ -480,6 +484,12 @@ impl Client {
             .body(Body::from_reader(reader))
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
     }
+}
+
+/// The method of a request head, the rest of it dropped now (a partial
+/// move would keep it to the end of the scope).
+fn only_method(parts: http::request::Parts) -> Method {
+    parts.method
 }
 
 fn origin_of(uri: &Uri) -> io::Result<Origin> {
