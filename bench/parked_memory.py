@@ -31,11 +31,11 @@ ran, from the head's parse to the park, stayed within 4 KiB.
 import argparse
 import asyncio
 import collections
-import multiprocessing
 import os
 import socket
 import struct
 import subprocess
+import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -84,26 +84,13 @@ def stack_runs(pid, lo, hi):
 
 def slow_upstream(delay):
     """A local server, in a process of its own, that answers every request
-    after `delay` seconds; its port."""
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("127.0.0.1", 0))
-    s.listen(4096)
+    after `delay` seconds (`wasm.py`'s); its port."""
+    sys.path.insert(0, HERE)
+    import wasm
 
-    async def handle(r, w):
-        await r.readuntil(b"\r\n\r\n")
-        await asyncio.sleep(delay)
-        w.write(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\nconnection: close\r\n\r\nslow")
-        await w.drain()
-        w.close()
-
-    async def serve():
-        server = await asyncio.start_server(handle, sock=s)
-        async with server:
-            await server.serve_forever()
-
-    multiprocessing.Process(target=lambda: asyncio.run(serve()), daemon=True).start()
-    return s.getsockname()[1]
+    port = wasm.free_port()
+    wasm.slow_upstream(port, delay)
+    return port  # listening well before the server under test is up
 
 
 async def park(port, n, ms, headers=b""):
