@@ -50,10 +50,11 @@
 //! earliest, it takes no more requests; past the latest, it drops itself
 //! (every request in it has been answered by then), so an expired request
 //! keeps its instance until the guest answers it late or the instance's
-//! other requests are done or past their own deadlines. A trap ends the instance: its requests get 500 and
-//! the next ones go to a new instance. Fuel is per store in wasmtime, so
-//! the budget is per instance: every request it accepts adds `fuel_limit`
-//! to its tank, and running dry is a trap like any other.
+//! other requests are done or past their own deadlines. A trap ends the
+//! instance: its requests get 500 and the next ones go to a new instance.
+//! Fuel is per store in wasmtime, so the budget is per instance: every
+//! request it accepts adds `fuel_limit` to its tank, and running dry is a
+//! trap like any other.
 
 use std::cell::Cell;
 use std::collections::VecDeque;
