@@ -193,8 +193,6 @@ impl WasiHttpHooks for OutboundHooks {
             client = client.io_timeout(t);
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
-        // A fiber of its own: it parks on the netpoller; we are inside a
-        // host call and must not.
         // A GET or HEAD without framing has no body: it goes out at once,
         // on a pooled connection if one is idle. The guest may still hold
         // its body open (a WASI 0.3 guest keeps its trailers future until
@@ -215,7 +213,9 @@ impl WasiHttpHooks for OutboundHooks {
             }
             _ => Some(body),
         };
-        // Boxed: the fiber's first frame holds what its closure captured.
+        // A fiber of its own: it parks on the netpoller; we are inside a
+        // host call and must not. Its job is boxed: the fiber's first frame
+        // holds what its closure captured.
         let job = Box::new(Outbound {
             client,
             parts: Some(parts),
