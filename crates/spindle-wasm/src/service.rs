@@ -634,8 +634,22 @@ struct Pending {
 }
 
 impl Pending {
-    fn report(&self, host: &HostInner, outcome: Outcome, instantiate: Duration, handle: Duration) {
-        report(host, self.queue_wait, outcome, instantiate, handle);
+    /// Reports the request's outcome with its time split into instantiation
+    /// (if its instance was made for it) and handling.
+    fn timing(&self, host: &HostInner, outcome: Outcome) {
+        let head = self.started.elapsed();
+        let instantiate = if self.fresh_instance.load(Ordering::Relaxed) {
+            head
+        } else {
+            Duration::ZERO
+        };
+        report(
+            host,
+            self.queue_wait,
+            outcome,
+            instantiate,
+            head - instantiate,
+        );
     }
 }
 
@@ -760,65 +774,78 @@ fn wait(
 }
 
 /// Turns the instance's answer into the response (its body streamed on
-/// if the guest is still writing it).
+/// if the guest is still writing it). Kept shallow: a connection's fiber
+/// keeps every stack page it touched, and this runs just under the wait it
+/// parked in, so its failures, the streamed body and the reading of the
+/// body are out of line.
 #[inline(never)]
 fn finish(
     host: &Arc<HostInner>,
     pending: Pending,
     answer: Option<Result<Reply, oneshot::Canceled>>,
 ) -> Response<Body> {
-    let head = pending.started.elapsed();
-    let timing = |outcome| {
-        let instantiate = if pending.fresh_instance.load(Ordering::Relaxed) {
-            head
-        } else {
-            Duration::ZERO
-        };
-        pending.report(host, outcome, instantiate, head - instantiate);
-    };
-    let tag = &pending.tag;
-    let failed = |outcome: Outcome, why: String| {
-        timing(outcome);
-        tracing::warn!(request = %tag, outcome = outcome.as_str(), "{why}");
-        crate::proxy::plain(StatusCode::INTERNAL_SERVER_ERROR, "guest failed")
-    };
     let response = match answer {
         Some(Ok(Ok(response))) => response,
+        failure => return failed(host, &pending, failure),
+    };
+    pending.timing(host, Outcome::Answered);
+    let (parts, mut body) = response.into_parts();
+    let body = match take_ready(&mut body) {
+        (taken, Ok(true)) => Body::from(taken),
+        (taken, Ok(false)) => streamed(body, taken, pending),
+        (_, Err(why)) => {
+            tracing::warn!(request = %pending.tag, "{why}");
+            return crate::proxy::plain(StatusCode::INTERNAL_SERVER_ERROR, "guest failed");
+        }
+    };
+    Response::from_parts(parts, body)
+}
+
+/// The 500 for an instance's failure to answer (a trap, its end, the
+/// deadline), logged and reported.
+#[cold]
+#[inline(never)]
+fn failed(
+    host: &HostInner,
+    pending: &Pending,
+    failure: Option<Result<Reply, oneshot::Canceled>>,
+) -> Response<Body> {
+    let (outcome, why) = match failure {
+        Some(Ok(Ok(_))) => unreachable!("an answer is not a failure"),
         Some(Ok(Err(e))) => {
             let outcome = match e.downcast_ref::<wasmtime::Trap>() {
                 Some(wasmtime::Trap::OutOfFuel) => Outcome::FuelExhausted,
                 Some(_) => Outcome::Trap,
                 None => Outcome::Failed,
             };
-            return failed(outcome, crate::proxy::describe(&e));
+            (outcome, crate::proxy::describe(&e))
         }
-        Some(Err(oneshot::Canceled)) => {
-            return failed(
-                Outcome::Trap,
-                "the guest's instance ended (trap or fault)".into(),
-            )
-        }
-        None => return failed(Outcome::Deadline, "deadline exceeded (--timeout)".into()),
+        Some(Err(oneshot::Canceled)) => (
+            Outcome::Trap,
+            "the guest's instance ended (trap or fault)".to_string(),
+        ),
+        None => (
+            Outcome::Deadline,
+            "deadline exceeded (--timeout)".to_string(),
+        ),
     };
-    timing(Outcome::Answered);
-    let (parts, mut body) = response.into_parts();
-    let (taken, complete) = take_ready(&mut body);
-    let body = match complete {
-        Ok(true) => Body::from(taken.freeze()),
-        Ok(false) => Body::from_reader(StreamedBody {
-            body,
-            pending: taken.freeze(),
-            deadline: pending.deadline,
-            done: false,
-            tag: tag.as_str().into(),
-            _admission: pending.admission,
-        }),
-        Err(why) => {
-            tracing::warn!(request = %tag, "{why}");
-            return crate::proxy::plain(StatusCode::INTERNAL_SERVER_ERROR, "guest failed");
-        }
-    };
-    Response::from_parts(parts, body)
+    pending.timing(host, outcome);
+    tracing::warn!(request = %pending.tag, outcome = outcome.as_str(), "{why}");
+    crate::proxy::plain(StatusCode::INTERNAL_SERVER_ERROR, "guest failed")
+}
+
+/// The body of an answer the guest is still writing, read on as the
+/// connection sends it.
+#[inline(never)]
+fn streamed(body: WasiBody, taken: Bytes, pending: Pending) -> Body {
+    Body::from_reader(StreamedBody {
+        body,
+        pending: taken,
+        deadline: pending.deadline,
+        done: false,
+        tag: pending.tag.as_str().into(),
+        _admission: pending.admission,
+    })
 }
 
 /// Puts the request's URI in absolute form (see [`absolute_uri`]);
@@ -869,28 +896,56 @@ const WHOLE_BODY_LIMIT: usize = 256 * 1024;
 /// on this worker, and under load the yields run other requests' work), so
 /// a small body still goes out with a `Content-Length`, in one write with
 /// the head; a body still pending after them streams.
-fn take_ready(body: &mut WasiBody) -> (BytesMut, Result<bool, String>) {
+///
+/// The frames are kept as they came while there is one: the usual small
+/// body is a single frame, handed on without a copy (and without an
+/// allocation growing under this, a frame deeper on the request fiber's
+/// stack); a second frame starts a copy.
+#[inline(never)]
+fn take_ready(body: &mut WasiBody) -> (Bytes, Result<bool, String>) {
     const YIELDS: u32 = 8;
-    let mut taken = BytesMut::new();
+    let mut first = Bytes::new();
+    let mut more: Option<BytesMut> = None;
     let mut cx = Context::from_waker(Waker::noop());
     let mut yields = 0;
+    let taken = |first: Bytes, more: Option<BytesMut>| more.map_or(first, BytesMut::freeze);
     loop {
         match Pin::new(&mut *body).poll_frame(&mut cx) {
             Poll::Ready(Some(Ok(frame))) => {
-                if let Ok(data) = frame.into_data() {
-                    taken.extend_from_slice(&data);
-                }
-                if taken.len() > WHOLE_BODY_LIMIT {
-                    return (taken, Ok(false));
+                let Ok(data) = frame.into_data() else {
+                    continue; // trailers carry no data
+                };
+                let len = match &mut more {
+                    None if first.is_empty() => {
+                        first = data;
+                        first.len()
+                    }
+                    None => {
+                        let mut copy = BytesMut::with_capacity(first.len() + data.len());
+                        copy.extend_from_slice(&first);
+                        copy.extend_from_slice(&data);
+                        let len = copy.len();
+                        more = Some(copy);
+                        len
+                    }
+                    Some(copy) => {
+                        copy.extend_from_slice(&data);
+                        copy.len()
+                    }
+                };
+                if len > WHOLE_BODY_LIMIT {
+                    return (taken(first, more), Ok(false));
                 }
             }
-            Poll::Ready(Some(Err(e))) => return (taken, Err(format!("response body: {e:?}"))),
-            Poll::Ready(None) => return (taken, Ok(true)),
+            Poll::Ready(Some(Err(e))) => {
+                return (taken(first, more), Err(format!("response body: {e:?}")))
+            }
+            Poll::Ready(None) => return (taken(first, more), Ok(true)),
             Poll::Pending if yields < YIELDS => {
                 yields += 1;
                 spindle::yield_now();
             }
-            Poll::Pending => return (taken, Ok(false)),
+            Poll::Pending => return (taken(first, more), Ok(false)),
         }
     }
 }
