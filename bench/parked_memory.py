@@ -22,7 +22,9 @@ on both (a process whose idle baseline is already large, such as an
 allocator's huge pages, grows less for the same cost). Environment:
 EXTRA="--flag value" adds `spindle serve` flags; ROWS=N lists N mappings;
 BYSIZE=1 sums the growth by mapping size (625 instances show as 625 small
-mappings of one size).
+mappings of one size); FRAMES=1 names the functions whose return
+addresses are on one stack of each size in the stacks' mapping (live and
+stale frames: which calls made a stack that deep).
 
 Needs root (pagemap's present bits, /proc/PID/mem). Server on CPU 1.
 The fiber stack of a parked connection is one page when everything it
@@ -55,14 +57,18 @@ def smaps(pid):
     return out
 
 
-def stack_runs(pid, lo, hi):
-    """(pages per run histogram, write depth per run of ≤ 3 pages)."""
+def stack_runs(pid, lo, hi, text=None):
+    """(pages per run histogram, write depth per run of ≤ 3 pages, and for
+    the first run of each length the words that point into `text`, the
+    binary's executable mappings: (bytes from the stack's top, file
+    offset) — return addresses of the frames on that stack, live or
+    stale, so the deepest calls it made can be named)."""
     n = (hi - lo) // 4096
     with open(f"/proc/{pid}/pagemap", "rb") as pm:
         pm.seek(lo // 4096 * 8)
         data = pm.read(n * 8)
     present = [(struct.unpack_from("<Q", data, i * 8)[0] >> 63) & 1 for i in range(n)]
-    hist, depths = collections.Counter(), []
+    hist, depths, words = collections.Counter(), [], {}
     with open(f"/proc/{pid}/mem", "rb") as mem:
         i = 0
         while i < n:
@@ -78,8 +84,40 @@ def stack_runs(pid, lo, hi):
                 b = mem.read((j - i) * 4096)
                 first = next((k for k in range(len(b)) if b[k]), len(b))
                 depths.append(len(b) - first)
+                if text and j - i not in words:
+                    found = []
+                    for off in range(0, len(b), 8):
+                        w = struct.unpack_from("<Q", b, off)[0]
+                        for t_lo, t_hi, t_off in text:
+                            if t_lo <= w < t_hi:
+                                found.append((len(b) - off, w - t_lo + t_off))
+                    words[j - i] = found
             i = j
-    return hist, sorted(depths)
+    return hist, sorted(depths), words
+
+
+def text_mappings(pid, binary):
+    """The executable mappings of `binary` in `pid`: (start, end, offset)."""
+    out = []
+    for line in open(f"/proc/{pid}/maps"):
+        parts = line.split()
+        if len(parts) > 5 and parts[5] == binary and "x" in parts[1]:
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            out.append((lo, hi, int(parts[2], 16)))
+    return out
+
+
+def name_frames(binary, words):
+    """Prints each word of `stack_runs` as depth and function (addr2line;
+    + 0x1000 is this binary's text vaddr − offset, - 1 lands inside the
+    call)."""
+    addrs = [hex(off + 0x1000 - 1) for _, off in words]
+    if not addrs:
+        return
+    out = subprocess.run(["addr2line", "-f", "-C", "-e", binary] + addrs,
+                         capture_output=True, text=True).stdout.splitlines()
+    for (depth, _), name in zip(words, out[0::2]):
+        print(f"    {depth:6d}  {name[:120]}")
 
 
 def slow_upstream(delay):
@@ -139,6 +177,8 @@ def main():
             tasks = await park(port, args.n, 4000, headers)
             await asyncio.sleep(6.0 if args.outbound else 2.5)
             during = smaps(p.pid)
+            binary = os.path.abspath(args.binary)
+            text = text_mappings(p.pid, binary) if os.environ.get("FRAMES") else None
             best, best_runs = None, -1
             for (rng, name), _ in during.items():
                 if name != "[anon]":
@@ -146,12 +186,12 @@ def main():
                 lo, hi = (int(x, 16) for x in rng.split("-"))
                 if hi - lo > int(os.environ.get("STACK_MAP_MAX", str(1 << 30))):
                     continue  # address-space reservations, not stacks
-                hist, depths = stack_runs(p.pid, lo, hi)
+                hist, depths, words = stack_runs(p.pid, lo, hi, text)
                 small = hist[1] + hist[2]
                 if os.environ.get("ALLRUNS"):
                     print(f"  runs in {rng} ({(hi - lo) >> 20} MiB): {sorted(hist.items())}")
                 if small > best_runs:
-                    best, best_runs = (rng, hist, depths), small
+                    best, best_runs = (rng, hist, depths, words), small
             answers = await asyncio.gather(*tasks)
             return during, best, answers
         during, best, answers = asyncio.run(run())
@@ -176,11 +216,14 @@ def main():
         for (size, name), d in groups.most_common(8):
             print(f"  mappings of {size} KiB {name}: {d} KiB growth, {d / n:.2f} KiB/request")
     if best:
-        rng, hist, depths = best
+        rng, hist, depths, words = best
         print(f"stacks ({rng}): resident pages per stack {sorted(hist.items())[:8]}")
         if depths:
             q = lambda f: depths[min(len(depths) - 1, int(len(depths) * f))]
             print(f"  written depth, bytes: p50 {q(0.5)}  p90 {q(0.9)}  max {depths[-1]}")
+        for pages, found in sorted(words.items()):
+            print(f"  frames on a {pages}-page stack (bytes from its top, deepest first):")
+            name_frames(os.path.abspath(args.binary), sorted(found, reverse=True))
 
 
 if __name__ == "__main__":
