@@ -332,8 +332,9 @@ fn client_request(job: &mut Outbound) -> Result<http::Request<spindle_http::Body
 }
 
 /// Drains and drops a body nobody sends, on a fiber of its own (where no
-/// loop runs it, see `send_request`). Out of line: a spawn's frames are deep, and they would
-/// stay resident on the outbound fiber's stack while it waits.
+/// loop runs it, see `send_request`). Out of line: a spawn's frames are
+/// deep, and they would stay resident on the outbound fiber's stack while
+/// it waits.
 #[inline(never)]
 fn drain(body: WasiBody) -> Result<(), HttpError> {
     let drained = spindle::Builder::new()

@@ -915,23 +915,13 @@ fn take_ready(body: &mut WasiBody) -> (Bytes, Result<bool, String>) {
                 let Ok(data) = frame.into_data() else {
                     continue; // trailers carry no data
                 };
-                let len = match &mut more {
-                    None if first.is_empty() => {
-                        first = data;
-                        first.len()
-                    }
-                    None => {
-                        let mut copy = BytesMut::with_capacity(first.len() + data.len());
-                        copy.extend_from_slice(&first);
-                        copy.extend_from_slice(&data);
-                        let len = copy.len();
-                        more = Some(copy);
-                        len
-                    }
-                    Some(copy) => {
-                        copy.extend_from_slice(&data);
-                        copy.len()
-                    }
+                let len = if first.is_empty() && more.is_none() {
+                    first = data;
+                    first.len()
+                } else {
+                    let copy = more.get_or_insert_with(|| BytesMut::from(&first[..]));
+                    copy.extend_from_slice(&data);
+                    copy.len()
                 };
                 if len > WHOLE_BODY_LIMIT {
                     return (taken(first, more), Ok(false));
