@@ -27,3 +27,18 @@ macro_rules! loud {
     };
 }
 pub(crate) use loud;
+
+/// Wakes `waker`, catching a panic from its `wake` (reported as `what`): for
+/// wakes the runtime makes from its own loops (timers, readiness), where a
+/// panic would end a worker or the background poller.
+pub(crate) fn wake_caught(waker: std::task::Waker, what: &str) {
+    let woke = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || waker.wake()));
+    if let Err(payload) = woke {
+        warn(format_args!(
+            "a panic in a waker's wake ({what}) was caught: {}",
+            crate::fiber::panic_message(&*payload)
+        ));
+        // Its own Drop might panic too: never run it.
+        std::mem::forget(payload);
+    }
+}

@@ -325,6 +325,109 @@ fn a_capture_whose_drop_panics_in_an_unstarted_fiber_does_not_kill_its_worker() 
 }
 
 // ---------------------------------------------------------------------------
+// Wakers that panic when the runtime's own loops wake them.
+
+/// A waker whose `wake` panics, counting the calls.
+struct PanicsOnWake(AtomicUsize);
+
+impl std::task::Wake for PanicsOnWake {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        panic!("a waker that panics");
+    }
+}
+
+/// Polls `fut` once with a waker that panics when woken; returns the
+/// future (still pending) and the waker's call count.
+fn poll_with_panicking_waker<F: std::future::Future + Unpin>(mut fut: F) -> (F, Arc<PanicsOnWake>) {
+    let count = Arc::new(PanicsOnWake(AtomicUsize::new(0)));
+    let waker = std::task::Waker::from(count.clone());
+    let mut cx = std::task::Context::from_waker(&waker);
+    assert!(std::pin::Pin::new(&mut fut).poll(&mut cx).is_pending());
+    (fut, count)
+}
+
+#[test]
+fn a_waker_that_panics_when_its_timer_fires_does_not_kill_its_worker() {
+    within(Duration::from_secs(20), || {
+        let rt = rt(1);
+        let woken = rt.run(|| {
+            // Polled inside spindle's `block_on`, a sleep future's timer
+            // goes on this worker's own heap.
+            let (pending, count) = spindle::block_on(std::future::poll_fn(|_| {
+                std::task::Poll::Ready(poll_with_panicking_waker(spindle::time::sleep_future(
+                    Duration::from_millis(10),
+                )))
+            }));
+            // The worker's loop fires the timer and wakes the waker while
+            // this fiber sleeps past it.
+            spindle::time::sleep(Duration::from_millis(50));
+            drop(pending);
+            count.0.load(Ordering::SeqCst)
+        });
+        assert_eq!(woken, 1);
+        // The worker is still there, and its timers still fire.
+        assert_eq!(
+            rt.run(|| {
+                spindle::time::sleep(Duration::from_millis(5));
+                7
+            }),
+            7
+        );
+        rt.shutdown();
+    });
+}
+
+#[test]
+fn a_waker_that_panics_when_its_fd_is_ready_does_not_kill_its_worker() {
+    use std::io::Write as _;
+    use std::os::fd::AsRawFd as _;
+    within(Duration::from_secs(20), || {
+        let rt = rt(1);
+        let woken = rt.run(|| {
+            let (mut tx, rx) = std::os::unix::net::UnixStream::pair().unwrap();
+            rx.set_nonblocking(true).unwrap();
+            let (pending, count) = poll_with_panicking_waker(spindle::io::readable(rx.as_raw_fd()));
+            tx.write_all(b"x").unwrap();
+            // The netpoller delivers the readiness (on this worker, or on
+            // whoever holds its lease) while this fiber sleeps.
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while count.0.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+                spindle::time::sleep(Duration::from_millis(5));
+            }
+            drop(pending);
+            count.0.load(Ordering::SeqCst)
+        });
+        assert_eq!(woken, 1);
+        assert_eq!(
+            rt.run(|| {
+                spindle::time::sleep(Duration::from_millis(5));
+                7
+            }),
+            7
+        );
+        rt.shutdown();
+    });
+}
+
+#[test]
+fn a_waker_that_panics_off_the_runtime_does_not_stop_the_background_timers() {
+    within(Duration::from_secs(20), || {
+        // Off every runtime, sleep futures are fired by the process's
+        // background poller thread.
+        let (pending, count) =
+            poll_with_panicking_waker(spindle::time::sleep_future(Duration::from_millis(10)));
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        drop(pending);
+        // That thread still fires the next one.
+        let start = Instant::now();
+        foreign_block_on(spindle::time::sleep_future(Duration::from_millis(20)));
+        assert!(start.elapsed() >= Duration::from_millis(20));
+    });
+}
+
+// ---------------------------------------------------------------------------
 // Timers and futures on an idle worker.
 
 #[test]

@@ -46,7 +46,9 @@
 //! first (its pages are warm, its guard is in place), and dirty slots are
 //! given back in batches — sorted by address, adjacent slots merged into one
 //! `madvise` (guards survive it) — when more than [`MAX_DIRTY`] pile up and
-//! when a worker goes idle. A pooled stack keeps the pages its last fiber
+//! when a worker goes idle. While a batch is given back its slots are on
+//! no list but still counted in `headroom`, so a first run that finds
+//! every list empty waits for the batch (`take`). A pooled stack keeps the pages its last fiber
 //! touched; a worker about to sleep gives back the deep pages of its pooled
 //! stacks (everything but the top [`KEEP_HOT`] bytes), at most once a
 //! second, so a burst of deep recursion does not pin memory forever.
@@ -54,7 +56,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Smallest usable stack we hand out.
@@ -161,6 +163,8 @@ pub(crate) struct SizeClass {
     /// minus outstanding reservations. Negative while a spawn maps a region.
     headroom: AtomicIsize,
     carve: Mutex<Carve>,
+    /// Signalled when slots a give-back held come back onto a list.
+    returned: Condvar,
 }
 
 /// The never-used part of a region: `[cursor, end)`, of which
@@ -177,6 +181,9 @@ struct Carve {
     free: Vec<usize>,
     /// Returned slots whose pages may still be resident (guard installed).
     dirty: Vec<usize>,
+    /// Dirty slots taken off `dirty` whose pages are being given back: on
+    /// no list, still counted in `headroom`.
+    returning: usize,
     /// The never-used slots of each region, oldest region first; slots are
     /// carved from the front span.
     untouched: VecDeque<Span>,
@@ -198,9 +205,11 @@ pub(crate) fn size_class(stack_size: usize) -> &'static SizeClass {
             carve: Mutex::new(Carve {
                 free: Vec::new(),
                 dirty: Vec::new(),
+                returning: 0,
                 untouched: VecDeque::new(),
                 regions: 0,
             }),
+            returned: Condvar::new(),
         }))
     })
 }
@@ -327,15 +336,24 @@ impl SizeClass {
         std::mem::forget(reservation);
         let slot_base = {
             let mut carve = self.carve.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(base) = carve.dirty.pop() {
-                // Warm pages, guard in place.
-                base
-            } else if let Some(base) = carve.free.pop() {
-                base
-            } else {
-                self.carve_untouched(&mut carve).expect(
-                    "spindle: stack reservation accounting broken (no slot for a reservation)",
-                )
+            loop {
+                if let Some(base) = carve.dirty.pop() {
+                    // Warm pages, guard in place.
+                    break base;
+                }
+                if let Some(base) = carve.free.pop() {
+                    break base;
+                }
+                if let Some(base) = self.carve_untouched(&mut carve) {
+                    break base;
+                }
+                // The reservation counts a slot that is off every list
+                // while its pages are given back: wait for it.
+                assert!(
+                    carve.returning > 0,
+                    "spindle: stack reservation accounting broken (no slot for a reservation)"
+                );
+                carve = self.returned.wait(carve).unwrap_or_else(|e| e.into_inner());
             }
         };
         let base = slot_base & !FRESH;
@@ -364,7 +382,7 @@ impl SizeClass {
         let mut carve = self.carve.lock().unwrap_or_else(|e| e.into_inner());
         carve.dirty.push(slot_base);
         let batch = if carve.dirty.len() > MAX_DIRTY {
-            std::mem::take(&mut carve.dirty)
+            Self::take_dirty(&mut carve)
         } else {
             Vec::new()
         };
@@ -379,16 +397,25 @@ impl SizeClass {
     pub(crate) fn trim_dirty(&self) {
         let batch = {
             let mut carve = self.carve.lock().unwrap_or_else(|e| e.into_inner());
-            std::mem::take(&mut carve.dirty)
+            Self::take_dirty(&mut carve)
         };
         if !batch.is_empty() {
             self.give_back(batch);
         }
     }
 
-    /// `MADV_DONTNEED` over `slots` (taken off the dirty list, so no one
-    /// else touches them), one call per run of adjacent slots, then onto
-    /// the clean free list.
+    /// Takes every dirty slot off its list to give its pages back. The
+    /// slots stay counted in `headroom` meanwhile: a reservation that finds
+    /// every list empty waits for them (`take`).
+    fn take_dirty(carve: &mut Carve) -> Vec<usize> {
+        let batch = std::mem::take(&mut carve.dirty);
+        carve.returning += batch.len();
+        batch
+    }
+
+    /// `MADV_DONTNEED` over `slots` (taken off the dirty list by
+    /// `take_dirty`, so no one else touches them), one call per run of
+    /// adjacent slots, then onto the clean free list.
     fn give_back(&self, mut slots: Vec<usize>) {
         slots.sort_unstable();
         let slot = self.slot_size();
@@ -408,8 +435,25 @@ impl SizeClass {
             unsafe { libc::madvise(start as *mut _, end - start, libc::MADV_DONTNEED) };
             i = j;
         }
+        self.put_back_clean(slots);
+    }
+
+    /// Ends a give-back: the slots go on the clean free list, and any
+    /// reservation waiting for a slot is woken.
+    fn put_back_clean(&self, slots: Vec<usize>) {
         let mut carve = self.carve.lock().unwrap_or_else(|e| e.into_inner());
+        carve.returning -= slots.len();
         carve.free.extend(slots);
+        drop(carve);
+        self.returned.notify_all();
+    }
+
+    /// Breaks this class's accounting on purpose: counts one slot that no
+    /// list holds, so the next first run of a fiber on it finds none (the
+    /// worker-death test).
+    #[cfg(test)]
+    pub(crate) fn count_a_phantom_slot(&self) {
+        self.headroom.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Regions mapped by this class so far.
@@ -865,6 +909,40 @@ mod tests {
         pool.last_trim = Instant::now() - Duration::from_secs(2);
         pool.trim();
         assert!(!resident(pages[1]), "a stack pooled again was not trimmed");
+    }
+
+    /// A reservation counts every slot on the class's lists, including the
+    /// dirty ones an idle worker is giving back. A fiber that first runs
+    /// while those are off every list must wait for them, not find
+    /// nothing: that `expect` killed a worker thread mid-loop (a hang at
+    /// the next `join`, the panic message lost in the test's captured
+    /// output).
+    #[test]
+    fn a_stack_taken_while_dirty_slots_are_given_back_waits_for_them() {
+        // 40 MiB stacks: a region holds two slots, so both lists and the
+        // untouched span run dry after two.
+        let class = class(40 << 10);
+        let mut pool = StackPool::new(0, class);
+        let first = class.take(class.reserve().unwrap(), &mut pool).unwrap();
+        let second = class.take(class.reserve().unwrap(), &mut pool).unwrap();
+        let first_base = first.limit;
+        drop(first); // dirty, counted in headroom
+        let reservation = class.reserve().unwrap(); // no new region needed
+        assert_eq!(class.regions(), 1);
+        // An idle worker's trim, stopped between its two halves.
+        let returning = SizeClass::take_dirty(&mut class.carve.lock().unwrap());
+        assert_eq!(returning, vec![first_base]);
+        let taker = std::thread::spawn(move || {
+            let mut pool = StackPool::new(0, class);
+            class.take(reservation, &mut pool).map(|s| s.limit)
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!taker.is_finished(), "took a stack with every list empty");
+        class.put_back_clean(returning);
+        let taken = taker.join().expect("the take panicked").unwrap();
+        assert_eq!(taken, first_base, "the slot that was given back");
+        assert_eq!(class.regions(), 1);
+        drop(second);
     }
 
     #[test]

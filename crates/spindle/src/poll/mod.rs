@@ -308,7 +308,9 @@ impl Background {
                 t.next_deadline().map(|d| d.saturating_duration_since(now))
             };
             // Woken with the lock released: a waker may arm a timer.
-            wakers.drain(..).for_each(std::task::Waker::wake);
+            for w in wakers.drain(..) {
+                crate::loud::wake_caught(w, "a timer fired");
+            }
             self.poller.poll(&mut events, timeout);
         }
     }

@@ -59,7 +59,7 @@ impl IoWaiter {
             IoWaiter::Fiber { token, urgent } => {
                 token.wake(why, urgent);
             }
-            IoWaiter::Waker(w) => w.wake(),
+            IoWaiter::Waker(w) => crate::loud::wake_caught(w, "its fd became ready"),
         }
     }
 }

@@ -43,6 +43,7 @@ mod shutdown;
 mod steal;
 
 use std::cell::{Cell, UnsafeCell};
+use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread;
@@ -287,8 +288,13 @@ pub(crate) fn run(sched: Arc<Scheduler>, index: usize) {
     context::enter(&worker);
     worker.shared().local.enter();
     worker.loop_holds.set(true);
-    worker.run_loop();
-    worker.stop_all();
+    let ran = panic::catch_unwind(AssertUnwindSafe(|| {
+        worker.run_loop();
+        worker.stop_all();
+    }));
+    if let Err(payload) = ran {
+        died(index, &*payload);
+    }
     context::leave();
     let sched = worker.sched.clone();
     drop(worker);
@@ -298,6 +304,23 @@ pub(crate) fn run(sched: Arc<Scheduler>, index: usize) {
         .unwrap_or_else(|e| e.into_inner());
     *running -= 1;
     sched.workers_done.notify_all();
+}
+
+/// A panic escaped the worker's own loop: a broken invariant of the
+/// runtime (every panic of user code the loop runs — a fiber's body, a
+/// `Drop`, a waker — is caught where it is run). The fibers this worker
+/// owns can never run or unwind again, so every wait on them would hang
+/// silently; like a Go runtime `throw`, the process stops instead, saying
+/// why, on stderr itself (a test harness's capture would swallow the
+/// panic message of a thread that simply ended).
+#[cold]
+fn died(index: usize, payload: &(dyn std::any::Any + Send)) -> ! {
+    crate::loud::loud!(
+        "worker {index} stopped on a panic in its own loop: {}; its fibers \
+         can never run again, so the process aborts rather than hang",
+        crate::fiber::panic_message(payload)
+    );
+    std::process::abort()
 }
 
 impl Worker {
@@ -339,5 +362,64 @@ impl Worker {
 
     fn count_finished(&self) {
         Self::bump(&self.shared().finished);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::fiber::stack::{round_stack_size, size_class};
+
+    const CHILD: &str = "SPINDLE_TEST_WORKER_DIES";
+
+    /// A panic out of the worker's own loop — here a broken stack
+    /// accounting, found when a fiber first runs — stops the process with
+    /// a message on stderr instead of leaving every wait on the worker's
+    /// fibers to hang (which is what a thread that just ended did, its
+    /// panic message swallowed by the test harness's capture).
+    #[test]
+    fn a_worker_whose_own_loop_panics_aborts_the_process_saying_why() {
+        if std::env::var_os(CHILD).is_some() {
+            // A class of its own (no other test maps 44 MiB stacks), with
+            // one slot counted that no region holds.
+            let stack = round_stack_size(44 << 20).unwrap();
+            size_class(stack).count_a_phantom_slot();
+            let rt = crate::Runtime::builder()
+                .workers(1)
+                .stack_size(stack)
+                .build()
+                .unwrap();
+            // The spawn's reservation takes the phantom slot; the first run
+            // finds no slot behind it. Never returns.
+            let _ = rt.spawn(|| ()).join();
+            unreachable!("the join returned");
+        }
+        let exe = std::env::current_exe().unwrap();
+        let runner = std::env::var("SPINDLE_TEST_RUNNER").unwrap_or_default();
+        let mut words = runner.split_whitespace();
+        let mut child = match words.next() {
+            Some(program) => {
+                let mut c = std::process::Command::new(program);
+                c.args(words).arg(exe);
+                c
+            }
+            None => std::process::Command::new(exe),
+        };
+        let out = child
+            .args([
+                "--exact",
+                "sched::worker::tests::a_worker_whose_own_loop_panics_aborts_the_process_saying_why",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        use std::os::unix::process::ExitStatusExt as _;
+        assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{stderr}");
+        assert!(
+            stderr.contains("worker 0 stopped on a panic in its own loop")
+                && stderr.contains("stack reservation accounting broken"),
+            "{stderr}"
+        );
     }
 }

@@ -236,7 +236,7 @@ impl Worker {
         self.timer_sample.set((now, self.sched.current_stamp()));
         let fired = ended + wakers.len();
         for w in wakers {
-            w.wake();
+            crate::loud::wake_caught(w, "a timer fired");
         }
         fired
     }
