@@ -28,7 +28,7 @@ use spindle::net::TcpStream;
 use crate::body::{write_chunked, Body, ChunkedError, Framing, Incoming};
 use crate::config::ServerConfig;
 use crate::h1::encode::{self, ResponseFraming};
-use crate::h1::request::{parse_request, Limits, RequestBody};
+use crate::h1::request::{parse_request, KnownHost, Limits, RequestBody};
 use crate::read_buf::ReadBuf;
 use crate::stream::{Stream, TlsStream};
 
@@ -58,6 +58,8 @@ pub(crate) struct Conn {
     /// write for the batch, flushed before any read that may wait.
     out: Vec<u8>,
     phase: Phase,
+    /// The `Host` value its last request had, checked already.
+    known_host: KnownHost,
 }
 
 impl Conn {
@@ -67,6 +69,7 @@ impl Conn {
             buf: ReadBuf::new(),
             out: Vec::new(),
             phase: Phase::Head,
+            known_host: KnownHost::default(),
         }
     }
 
@@ -245,6 +248,7 @@ impl Conn {
     #[inline(never)] // off the frame the handler runs under (see `serve`)
     fn read_head(&mut self, config: &ServerConfig, request: &mut Request<Body>) -> Head {
         let (conn, buf, out) = (&self.stream, &mut self.buf, &mut self.out);
+        let known_host = &mut self.known_host;
         // Idle until the head's first byte, then Head.
         let phase = &mut self.phase;
         *phase = if buf.is_empty() {
@@ -255,7 +259,7 @@ impl Conn {
         let mut deadline = None;
         loop {
             if !buf.is_empty() {
-                match parse(conn, buf, config, request) {
+                match parse(conn, buf, config, request, known_host) {
                     Ok(Some(h)) => return h,
                     Ok(None) => {}
                     Err(status) => return Head::Error(status),
@@ -483,6 +487,7 @@ fn parse(
     buf: &mut ReadBuf,
     config: &ServerConfig,
     request: &mut Request<Body>,
+    known_host: &mut KnownHost,
 ) -> Result<Option<Head>, StatusCode> {
     let limits = Limits {
         max_head_bytes: config.max_head_bytes,
@@ -490,7 +495,7 @@ fn parse(
         max_body_bytes: config.max_body_bytes,
     };
     // The head's syntax and framing rules are in `h1::request`.
-    let Some(parsed) = parse_request(buf.bytes(), &limits, request)? else {
+    let Some(parsed) = parse_request(buf.bytes(), &limits, request, known_host)? else {
         return Ok(None);
     };
     buf.consume(parsed.head_len);

@@ -49,13 +49,15 @@ pub fn request(input: &[u8]) -> Outcome {
     };
     let mut buf = BytesMut::from(input);
     let mut messages = 0;
+    // One per stream, as one per connection.
+    let mut known_host = request::KnownHost::default();
     loop {
         if buf.is_empty() {
             return Outcome::ended(messages);
         }
         let before = buf.len();
         let mut req = http::Request::new(());
-        let parsed = match request::parse_request(&buf, &limits, &mut req) {
+        let parsed = match request::parse_request(&buf, &limits, &mut req, &mut known_host) {
             Ok(Some(p)) => {
                 let _ = buf.split_to(p.head_len);
                 p

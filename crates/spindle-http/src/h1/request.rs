@@ -71,6 +71,7 @@ pub(crate) fn parse_request<B>(
     buf: &[u8],
     limits: &Limits,
     request: &mut Request<B>,
+    known_host: &mut KnownHost,
 ) -> Result<Option<RequestHead>, StatusCode> {
     // Uninitialised slots: no allocation, no zeroing.
     let mut on_stack =
@@ -130,8 +131,13 @@ pub(crate) fn parse_request<B>(
     let map = request.headers_mut();
     map.reserve(req.headers.len());
     for h in req.headers.iter() {
-        let name =
-            HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| StatusCode::BAD_REQUEST)?;
+        // `Host`, which every HTTP/1.1 request has, without the general
+        // name lookup.
+        let name = if h.name.eq_ignore_ascii_case("host") {
+            header::HOST
+        } else {
+            HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| StatusCode::BAD_REQUEST)?
+        };
         let value =
             HeaderValue::from_maybe_shared(share(h.value)).map_err(|_| StatusCode::BAD_REQUEST)?;
         if name == header::CONTENT_LENGTH
@@ -141,7 +147,7 @@ pub(crate) fn parse_request<B>(
             framing_headers.add(name.as_str().as_bytes(), value.as_bytes());
         } else if name == header::HOST {
             hosts += 1;
-            host_ok &= valid_host(value.as_bytes());
+            host_ok &= known_host.check(value.as_bytes());
         } else if name == header::EXPECT && value.as_bytes().eq_ignore_ascii_case(b"100-continue") {
             expect_continue = version == Version::HTTP_11;
         }
@@ -183,6 +189,43 @@ pub(crate) fn parse_request<B>(
         expect_continue,
         head_len: n,
     }))
+}
+
+/// The last valid `Host` value a connection's requests had: the requests
+/// of one connection nearly always name the same host, and comparing bytes
+/// is cheaper than checking them again. Short values only (inline, no
+/// allocation: it lives as long as its connection).
+#[derive(Debug)]
+pub(crate) struct KnownHost {
+    len: u8,
+    bytes: [u8; KnownHost::MAX],
+}
+
+impl Default for KnownHost {
+    fn default() -> KnownHost {
+        KnownHost {
+            len: 0,
+            bytes: [0; KnownHost::MAX],
+        }
+    }
+}
+
+impl KnownHost {
+    const MAX: usize = 47;
+
+    /// Whether `value` is a valid `Host` value ([`valid_host`]),
+    /// remembering it if it is.
+    fn check(&mut self, value: &[u8]) -> bool {
+        if self.len != 0 && &self.bytes[..usize::from(self.len)] == value {
+            return true;
+        }
+        let valid = valid_host(value);
+        if valid && !value.is_empty() && value.len() <= Self::MAX {
+            self.bytes[..value.len()].copy_from_slice(value);
+            self.len = value.len() as u8;
+        }
+        valid
+    }
 }
 
 /// Whether a `Host` value is `uri-host [ ":" port ]` (RFC 9110 §7.2, RFC
@@ -262,7 +305,10 @@ pub(crate) fn parse_fresh(
     limits: &Limits,
 ) -> Result<Option<(RequestHead, Request<()>)>, StatusCode> {
     let mut request = Request::new(());
-    Ok(parse_request(buf, limits, &mut request)?.map(|head| (head, request)))
+    Ok(
+        parse_request(buf, limits, &mut request, &mut KnownHost::default())?
+            .map(|head| (head, request)),
+    )
 }
 
 #[cfg(test)]
@@ -337,6 +383,42 @@ mod header_slot_tests {
         ] {
             assert_eq!(parse(bad), Err(StatusCode::BAD_REQUEST), "{bad:?}");
         }
+    }
+
+    /// One connection's requests share a `KnownHost`: a host seen valid
+    /// is not checked again, and any other value still is — a bad host
+    /// after a good one, a prefix of the good one, a value too long to
+    /// remember, or a second `Host` line.
+    #[test]
+    fn a_remembered_host_lets_only_the_same_bytes_skip_the_check() {
+        let limits = limits(100);
+        let mut known = KnownHost::default();
+        let mut parse = |head: &str| {
+            let mut request = Request::new(());
+            parse_request(head.as_bytes(), &limits, &mut request, &mut known).map(|r| r.is_some())
+        };
+        let long = format!("{}.example", "a".repeat(60));
+        let cases = [
+            ("example.com:8080", Ok(true)),
+            ("example.com:8080", Ok(true)),
+            ("example.com:808", Ok(true)),
+            ("example.com:8080x", Err(StatusCode::BAD_REQUEST)),
+            ("user@example.com:8080", Err(StatusCode::BAD_REQUEST)),
+            ("example.com:808", Ok(true)),
+            (long.as_str(), Ok(true)),
+            (long.as_str(), Ok(true)),
+            ("bad host", Err(StatusCode::BAD_REQUEST)),
+            ("", Ok(true)),
+            ("example.com:808", Ok(true)),
+        ];
+        for (host, want) in cases {
+            let head = format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n");
+            assert_eq!(parse(&head), want, "{host:?}");
+        }
+        let twice = "GET / HTTP/1.1\r\nHost: example.com:808\r\nhost: example.com:808\r\n\r\n";
+        assert_eq!(parse(twice), Err(StatusCode::BAD_REQUEST));
+        let upper = "GET / HTTP/1.1\r\nHOST: example.com:808\r\n\r\n";
+        assert_eq!(parse(upper), Ok(true));
     }
 
     #[test]
