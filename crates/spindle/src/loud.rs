@@ -28,17 +28,26 @@ macro_rules! loud {
 }
 pub(crate) use loud;
 
-/// Wakes `waker`, catching a panic from its `wake` (reported as `what`): for
-/// wakes the runtime makes from its own loops (timers, readiness), where a
-/// panic would end a worker or the background poller.
-pub(crate) fn wake_caught(waker: std::task::Waker, what: &str) {
-    let woke = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || waker.wake()));
-    if let Err(payload) = woke {
+/// Runs `f`, catching a panic from it and reporting it as a panic in
+/// `what`: for user code the runtime runs on a worker's or the poller's
+/// own stack (a `Drop`, a waker), where a panic would end that thread.
+/// `what` is formatted only if there is a panic to report (this runs on
+/// every fiber's finish).
+pub(crate) fn caught(what: std::fmt::Arguments<'_>, f: impl FnOnce()) {
+    if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         warn(format_args!(
-            "a panic in a waker's wake ({what}) was caught: {}",
+            "a panic in {what} was caught: {}",
             crate::fiber::panic_message(&*payload)
         ));
         // Its own Drop might panic too: never run it.
         std::mem::forget(payload);
     }
+}
+
+/// Wakes `waker` from the runtime's own loops (timers, readiness),
+/// catching a panic from its `wake` ([`caught`]).
+pub(crate) fn wake_caught(waker: std::task::Waker, what: &str) {
+    caught(format_args!("a waker's wake ({what})"), move || {
+        waker.wake()
+    });
 }

@@ -269,14 +269,7 @@ pub(crate) fn complete(fiber: &FiberCore<dyn Task>, stopped: bool) {
 /// Drops `value`, catching a panic from its `Drop` (reported on stderr):
 /// used for every drop the runtime makes on a worker's own stack.
 pub(crate) fn drop_quietly<T>(value: T, what: &str) {
-    if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(move || drop(value))) {
-        crate::loud::loud!(
-            "a panic in the Drop of {what} was caught: {}",
-            panic_message(&payload)
-        );
-        // Its own Drop might panic too: never run it.
-        std::mem::forget(payload);
-    }
+    crate::loud::caught(format_args!("the Drop of {what}"), move || drop(value));
 }
 
 /// A panic payload's message, when it has one.

@@ -48,10 +48,11 @@
 //! `madvise` (guards survive it) — when more than [`MAX_DIRTY`] pile up and
 //! when a worker goes idle. While a batch is given back its slots are on
 //! no list but still counted in `headroom`, so a first run that finds
-//! every list empty waits for the batch (`take`). A pooled stack keeps the pages its last fiber
-//! touched; a worker about to sleep gives back the deep pages of its pooled
-//! stacks (everything but the top [`KEEP_HOT`] bytes), at most once a
-//! second, so a burst of deep recursion does not pin memory forever.
+//! every list empty waits for the batch (`take`). A pooled stack keeps the
+//! pages its last fiber touched; a worker about to sleep gives back the
+//! deep pages of its pooled stacks (everything but the top [`KEEP_HOT`]
+//! bytes), at most once a second, so a burst of deep recursion does not
+//! pin memory forever.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
