@@ -1,5 +1,7 @@
 //! Waiting on any file descriptor: for integrating other libraries'
-//! non-blocking sockets with Spindle (the one wait function for any fd).
+//! non-blocking sockets with Spindle (the one wait function for any fd),
+//! and for calls that enter Spindle from foreign frames ([`foreign_call`],
+//! [`release`]: what `spindle-hook` is built on).
 //!
 //! [`wait_readable`] / [`wait_writable`] park the calling fiber until the fd
 //! is ready (or block a plain thread in `poll(2)`); [`readable`] /
@@ -69,6 +71,70 @@ pub fn wait_writable(fd: RawFd, timeout: Option<Duration>) -> io::Result<()> {
 /// other code; a later wait on a reused number registers it afresh.
 pub fn close(fd: OwnedFd) {
     crate::poll::close_fd(fd.into_raw_fd());
+}
+
+/// Takes `fd` out of the netpoller without closing it: every fiber waiting
+/// on it wakes with an error, and its readiness state is reset. For code
+/// that closes fds by other means (an interposed `close`, a C library's
+/// own): call it just before the fd is closed, so that no registration
+/// outlives its fd and a reused number starts clean. Cheap when nothing
+/// ever waited on `fd`.
+///
+/// ```
+/// use std::os::fd::AsRawFd;
+/// spindle::run(|| {
+///     let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+///     a.set_nonblocking(true).unwrap();
+///     let fd = a.as_raw_fd();
+///     let r = spindle::time::timeout(std::time::Duration::from_millis(1), || {
+///         spindle::io::wait_readable(fd, None)
+///     });
+///     assert!(r.is_err());
+///     spindle::io::release(fd);
+///     drop(a); // closed by std: the netpoller no longer knows this number
+/// });
+/// ```
+pub fn release(fd: RawFd) {
+    crate::poll::release_fd_if_known(fd);
+}
+
+/// Runs `f` as the body of a call entered through frames that cannot
+/// unwind — a C library calling back into Rust, or an `extern "C"`
+/// function such as an interposed libc entry point — and names the call
+/// `name` in dumps (`"in hooked recv: waiting for fd 7 to be readable"`).
+///
+/// While the calling fiber is suspended inside `f`, a runtime stop does not
+/// force-unwind it (the unwind would cross those frames and abort the
+/// process): its stack is leaked instead, and stderr says so. `f` itself
+/// must not unwind into those frames either: waits that end by unwinding
+/// (`time::sleep` under a `timeout` or a cancellation) belong inside a
+/// `catch_unwind`, and I/O waits report cancellation as an error
+/// ([`crate::is_cancelled`]). Off a fiber `f` just runs.
+///
+/// ```
+/// extern "C" fn callback_from_c(fd: i32) -> i32 {
+///     spindle::io::foreign_call("callback_from_c", || {
+///         match spindle::io::wait_readable(fd, Some(std::time::Duration::from_millis(5))) {
+///             Ok(()) => 0,
+///             Err(_) => -1,
+///         }
+///     })
+/// }
+/// spindle::run(|| {
+///     let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+///     use std::os::fd::AsRawFd;
+///     assert_eq!(callback_from_c(a.as_raw_fd()), -1); // nothing to read: timed out
+/// });
+/// ```
+pub fn foreign_call<R>(name: &'static str, f: impl FnOnce() -> R) -> R {
+    struct Leave(Option<&'static str>);
+    impl Drop for Leave {
+        fn drop(&mut self) {
+            crate::fiber::leave_foreign_call(self.0);
+        }
+    }
+    let _leave = Leave(crate::fiber::enter_foreign_call(name));
+    f()
 }
 
 pub(crate) fn timed_out(fd: RawFd) -> io::Error {

@@ -151,6 +151,11 @@ pub(crate) struct FiberHeader {
     /// destructor). Such a fiber is never force-unwound: a second unwind
     /// started inside a destructor would abort the process.
     pub(crate) suspended_unwinding: Cell<bool>,
+    /// The fiber runs inside a call entered from frames that cannot unwind
+    /// (`io::foreign_call`: C code, an `extern "C"` function), named for
+    /// dumps. Such a fiber, suspended there, is never force-unwound either
+    /// (owner only).
+    pub(crate) foreign_call: Cell<Option<&'static str>>,
     /// Its `fiber_local!` values (the fiber itself, while it runs).
     pub(crate) locals: std::cell::RefCell<locals::LocalMap>,
     /// Blocks its thread in place (`park` inside a `block_on` poll):
@@ -200,6 +205,7 @@ impl FiberHeader {
             waiting_on: Cell::new(WaitKind::Running),
             start_seq: Cell::new(0),
             suspended_unwinding: Cell::new(false),
+            foreign_call: Cell::new(None),
             blocking_thread: AtomicBool::new(false),
             locals: std::cell::RefCell::new(locals::LocalMap::default()),
         }
@@ -431,6 +437,25 @@ pub(crate) fn running_header() -> *const FiberHeader {
     RUNNING.with(|r| r.get())
 }
 
+/// Marks the running fiber as inside the foreign call `name` (see
+/// [`FiberHeader::foreign_call`]); returns what it was inside before, for
+/// [`leave_foreign_call`]. Nothing off a fiber.
+pub(crate) fn enter_foreign_call(name: &'static str) -> Option<&'static str> {
+    let header = running_header();
+    // SAFETY: the running fiber's header lives while it runs, and only the
+    // fiber itself (its owner thread) touches `foreign_call`.
+    unsafe { header.as_ref() }.and_then(|h| h.foreign_call.replace(Some(name)))
+}
+
+/// Restores what [`enter_foreign_call`] returned.
+pub(crate) fn leave_foreign_call(previous: Option<&'static str>) {
+    let header = running_header();
+    // SAFETY: as in `enter_foreign_call`.
+    if let Some(h) = unsafe { header.as_ref() } {
+        h.foreign_call.set(previous);
+    }
+}
+
 /// What became of a fiber when it switched back to its worker.
 pub(crate) enum Outcome {
     Yielded,
@@ -504,8 +529,11 @@ pub(crate) unsafe fn resume(fiber: &FiberRef) -> Outcome {
 ///
 /// A fiber that switched out *while unwinding* (it waits in a destructor)
 /// is not unwound again: a forced unwind raised inside a destructor that is
-/// already running for a panic aborts the process. Its stack is leaked
-/// instead (never resumed, never freed: sound, and said on stderr).
+/// already running for a panic aborts the process. Nor is one that switched
+/// out inside a foreign call (C frames, or an `extern "C"` function, lie
+/// between its suspension and its body: an unwind through them aborts the
+/// process, or worse). Either's stack is leaked instead (never resumed,
+/// never freed: sound, and said on stderr).
 ///
 /// While the unwind runs, the fiber's waits cannot switch (see
 /// [`running_is_stopped`]): they block the worker thread as on a plain
@@ -520,16 +548,30 @@ pub(crate) unsafe fn stop(fiber: &FiberRef) -> Option<stack::FiberStack> {
     // SAFETY: owner worker, fiber neither queued nor running (caller).
     let context = unsafe { &mut *header.context.get() };
     let mut c = context.take()?;
-    if header.suspended_unwinding.get() {
-        let name = header
+    let name = || {
+        header
             .name
             .as_deref()
             .map(|n| format!(" \"{n}\""))
-            .unwrap_or_default();
+            .unwrap_or_default()
+    };
+    if header.suspended_unwinding.get() {
         crate::loud::loud!(
-            "fiber {}{name} was still waiting inside a destructor while it \
+            "fiber {}{} was still waiting inside a destructor while it \
              unwound ({}) when the runtime stopped; its stack is leaked, not unwound",
             header.id,
+            name(),
+            header.waiting_on.get()
+        );
+        std::mem::forget(c);
+        return None;
+    }
+    if let Some(call) = header.foreign_call.get() {
+        crate::loud::loud!(
+            "fiber {}{} was still inside {call} ({}) when the runtime stopped: \
+             the frames that called it cannot unwind, so its stack is leaked, not unwound",
+            header.id,
+            name(),
             header.waiting_on.get()
         );
         std::mem::forget(c);

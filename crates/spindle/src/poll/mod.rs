@@ -238,6 +238,16 @@ pub(crate) fn release_fd(fd: RawFd) {
     }
 }
 
+/// [`release_fd`] for an fd that may never have been waited on: nothing
+/// to do unless a poller registered it (every waiter registers first).
+pub(crate) fn release_fd_if_known(fd: RawFd) {
+    if let Some(slot) = slot::slot_if_allocated(fd) {
+        if slot.poller.load(Ordering::Acquire) != 0 {
+            release_fd(fd);
+        }
+    }
+}
+
 /// Pollers by id, so `close_fd` can deregister from the right one. Runtimes
 /// add theirs when built and remove it when dropped.
 static POLLERS: Mutex<Vec<(u64, std::sync::Weak<Poller>)>> = Mutex::new(Vec::new());

@@ -250,6 +250,18 @@ pub(crate) fn slot(fd: i32) -> Option<&'static FdSlot> {
     Some(unsafe { &(*chunk)[lo] })
 }
 
+/// The slot of `fd` if its chunk exists (an fd nothing ever waited on
+/// needs no slot: this never allocates).
+pub(crate) fn slot_if_allocated(fd: i32) -> Option<&'static FdSlot> {
+    let fd = usize::try_from(fd).ok()?;
+    if fd >= MAX_FD {
+        return None;
+    }
+    let chunk = TABLE[fd / CHUNK].load(Ordering::Acquire);
+    // SAFETY: chunks are published once and never freed.
+    unsafe { chunk.as_ref() }.map(|c| &c[fd % CHUNK])
+}
+
 /// Allocates and publishes chunk `hi`. Cold and out of line, and built on
 /// the heap: a `[FdSlot; CHUNK]` temporary would be an ~80 KiB stack frame
 /// that every caller of `slot` probes page by page — on every fiber stack.

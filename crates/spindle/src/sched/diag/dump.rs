@@ -40,6 +40,8 @@ pub(crate) fn worker_report(
             .unwrap_or_default();
         let state = if Some(h.id) == running {
             "running (asked for this dump)".to_string()
+        } else if let Some(call) = h.foreign_call.get() {
+            format!("in {call}: {}", h.waiting_on.get())
         } else {
             h.waiting_on.get().to_string()
         };
