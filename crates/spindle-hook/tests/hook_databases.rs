@@ -1,0 +1,320 @@
+//! The hook with real database clients against real servers: the `redis`
+//! crate's synchronous API against `redis-server`, libpq through `pq-sys`
+//! (what `diesel` uses) and the `postgres` crate (synchronous, with a
+//! private tokio runtime inside) against PostgreSQL. Each test fails
+//! without the hook: a fiber's wait would block the only worker, and the
+//! fiber that would end the wait could never run.
+
+mod common;
+#[path = "../../spindle/tests/common/postgres.rs"]
+mod postgres_server;
+
+use std::ffi::{CStr, CString};
+use std::time::{Duration, Instant};
+
+use common::{other_fiber_ran_during, rt, within};
+use postgres_server::Postgres;
+
+fn hook() {
+    spindle_hook::install().expect("the hook resolves in a test binary");
+}
+
+/// A `redis-server` of its own on a free port of 127.0.0.1, no persistence,
+/// killed on drop. Debian's package (`.ci/run` installs it).
+struct Redis {
+    port: u16,
+    server: std::process::Child,
+}
+
+impl Redis {
+    fn start() -> Redis {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let server = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server is not installed (apt-get install redis-server; .ci/run does)");
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "redis-server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Redis { port, server }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+    }
+}
+
+#[test]
+fn fifty_redis_blpops_on_one_worker_wait_together_for_one_pusher() {
+    hook();
+    let redis = Redis::start();
+    let url = redis.url();
+    let got = within(Duration::from_secs(60), move || {
+        rt(1).run(move || {
+            let client = redis::Client::open(url).unwrap();
+            let waiters: Vec<_> = (0..50)
+                .map(|i| {
+                    let client = client.clone();
+                    spindle::spawn(move || {
+                        let mut con = client.get_connection().unwrap();
+                        // Blocks (up to 10 s) until the pusher below runs:
+                        // on this same worker.
+                        let v: Option<(String, String)> = redis::cmd("BLPOP")
+                            .arg(format!("list-{i}"))
+                            .arg(10)
+                            .query(&mut con)
+                            .unwrap();
+                        v.map(|(_, value)| value)
+                    })
+                })
+                .collect();
+            let pusher = spindle::spawn(move || {
+                let mut con = client.get_connection().unwrap();
+                // Push only once every waiter is blocked in the server.
+                loop {
+                    let info: String = redis::cmd("INFO").arg("clients").query(&mut con).unwrap();
+                    let blocked = info
+                        .lines()
+                        .find_map(|l| l.strip_prefix("blocked_clients:"))
+                        .and_then(|n| n.trim().parse::<usize>().ok())
+                        .unwrap_or(0);
+                    if blocked == 50 {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                for i in 0..50 {
+                    let _: () = redis::cmd("RPUSH")
+                        .arg(format!("list-{i}"))
+                        .arg(format!("value-{i}"))
+                        .query(&mut con)
+                        .unwrap();
+                }
+            });
+            pusher.join().unwrap();
+            waiters
+                .into_iter()
+                .map(|w| w.join().unwrap())
+                .collect::<Vec<_>>()
+        })
+    });
+    for (i, v) in got.iter().enumerate() {
+        assert_eq!(v.as_deref(), Some(format!("value-{i}").as_str()));
+    }
+}
+
+/// A libpq connection (the C library, through `pq-sys`).
+struct Pq(*mut pq_sys::PGconn);
+
+// SAFETY: a PGconn may move between threads; it is used by one at a time.
+unsafe impl Send for Pq {}
+
+impl Pq {
+    fn connect(url: &str) -> Pq {
+        let c = CString::new(url).unwrap();
+        // SAFETY: a NUL-terminated conninfo string.
+        let conn = unsafe { pq_sys::PQconnectdb(c.as_ptr()) };
+        // SAFETY: PQconnectdb never returns a dangling pointer.
+        let ok = unsafe { pq_sys::PQstatus(conn) } == pq_sys::ConnStatusType::CONNECTION_OK;
+        assert!(ok, "libpq connect: {}", unsafe {
+            CStr::from_ptr(pq_sys::PQerrorMessage(conn)).to_string_lossy()
+        });
+        Pq(conn)
+    }
+
+    /// Runs `sql` and returns the first column of the first row.
+    fn query(&self, sql: &str) -> String {
+        let c = CString::new(sql).unwrap();
+        // SAFETY: our live connection and a NUL-terminated query.
+        unsafe {
+            let res = pq_sys::PQexec(self.0, c.as_ptr());
+            let status = pq_sys::PQresultStatus(res);
+            assert_eq!(
+                status,
+                pq_sys::ExecStatusType::PGRES_TUPLES_OK,
+                "{}",
+                CStr::from_ptr(pq_sys::PQerrorMessage(self.0)).to_string_lossy()
+            );
+            let v = CStr::from_ptr(pq_sys::PQgetvalue(res, 0, 0))
+                .to_string_lossy()
+                .into_owned();
+            pq_sys::PQclear(res);
+            v
+        }
+    }
+}
+
+impl Drop for Pq {
+    fn drop(&mut self) {
+        // SAFETY: our connection, finished once.
+        unsafe { pq_sys::PQfinish(self.0) };
+    }
+}
+
+#[test]
+fn libpq_waits_for_an_advisory_lock_while_the_fiber_that_releases_it_runs() {
+    hook();
+    let pg = Postgres::start();
+    let url = pg.url();
+    let (holder, waiter) = (Pq::connect(&url), Pq::connect(&url));
+    holder.query("select pg_advisory_lock(7)::text");
+    // Without the hook this would wait for ever: give up after 10 s.
+    waiter.query("set statement_timeout = 10000; select 'set'");
+    let (ran, got) = other_fiber_ran_during(
+        move || waiter.query("select pg_advisory_lock(7)::text || 'locked'"),
+        move || {
+            std::thread::sleep(Duration::from_millis(100));
+            holder.query("select pg_advisory_unlock(7)::text");
+        },
+    );
+    assert!(ran, "the releasing fiber ran while libpq waited");
+    assert_eq!(got, "locked");
+}
+
+#[test]
+fn twenty_libpq_sleeps_on_one_worker_are_all_in_the_server_at_once() {
+    hook();
+    let pg = Postgres::start();
+    let url = pg.url();
+    let most = within(Duration::from_secs(60), move || {
+        rt(1).run(move || {
+            let sleepers: Vec<_> = (0..20)
+                .map(|_| {
+                    let url = url.clone();
+                    spindle::spawn(move || {
+                        let c = Pq::connect(&url);
+                        c.query("select pg_sleep(0.5)::text");
+                    })
+                })
+                .collect();
+            // A watcher counts the sleeps in progress on the server.
+            let watcher = spindle::spawn({
+                let url = url.clone();
+                move || {
+                    let c = Pq::connect(&url);
+                    let mut most = 0;
+                    let start = Instant::now();
+                    while start.elapsed() < Duration::from_secs(5) && most < 20 {
+                        let n: usize = c
+                            .query(
+                                "select count(*)::text from pg_stat_activity \
+                                 where query like 'select pg_sleep%' and state = 'active'",
+                            )
+                            .parse()
+                            .unwrap();
+                        most = most.max(n);
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    most
+                }
+            });
+            let most = watcher.join().unwrap();
+            sleepers.into_iter().for_each(|s| s.join().unwrap());
+            most
+        })
+    });
+    assert_eq!(most, 20, "every libpq query was in flight at once");
+}
+
+#[test]
+fn the_postgres_crate_waits_for_an_advisory_lock_while_the_fiber_that_releases_it_runs() {
+    hook();
+    let pg = Postgres::start();
+    let url = pg.url();
+    let holder = Pq::connect(&url);
+    holder.query("select pg_advisory_lock(9)::text");
+    let (ran, got) = other_fiber_ran_during(
+        move || {
+            // The postgres crate's synchronous client: a private tokio
+            // runtime whose epoll_wait parks this fiber.
+            let mut waiter = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            waiter
+                .batch_execute("set statement_timeout = 10000")
+                .unwrap();
+            let row = waiter
+                .query_one("select pg_advisory_lock(9)::text || 'locked'", &[])
+                .unwrap();
+            row.get::<_, String>(0)
+        },
+        move || {
+            // Released through libpq: while the waiting fiber is inside its
+            // tokio runtime, tokio refuses to enter another on this thread
+            // (see the crate docs).
+            std::thread::sleep(Duration::from_millis(300));
+            holder.query("select pg_advisory_unlock(9)::text");
+        },
+    );
+    assert!(
+        ran,
+        "the releasing fiber ran while the postgres crate waited"
+    );
+    assert_eq!(got, "locked");
+}
+
+#[test]
+fn postgres_crate_sessions_on_different_workers_overlap() {
+    hook();
+    let pg = Postgres::start();
+    let url = pg.url();
+    let holder = Pq::connect(&url);
+    holder.query("select pg_advisory_lock(11)::text");
+    // Two fibers, one per worker, each waiting in the postgres crate; the
+    // lock is released only once both are blocked in the server.
+    let watcher = Pq::connect(&url);
+    let got = within(Duration::from_secs(60), move || {
+        rt(2).run(move || {
+            let waiters: Vec<_> = (0..2)
+                .map(|worker| {
+                    let url = url.clone();
+                    spindle::Builder::new()
+                        .spawn_on_worker(worker, move || {
+                            let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+                            c.batch_execute("set statement_timeout = 10000").unwrap();
+                            c.query_one("select pg_advisory_lock_shared(11)::text || 'ok'", &[])
+                                .unwrap()
+                                .get::<_, String>(0)
+                        })
+                        .unwrap()
+                })
+                .collect();
+            let start = Instant::now();
+            loop {
+                let n: usize = watcher
+                    .query(
+                        "select count(*)::text from pg_locks \
+                         where locktype = 'advisory' and not granted",
+                    )
+                    .parse()
+                    .unwrap();
+                if n == 2 || start.elapsed() > Duration::from_secs(10) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            holder.query("select pg_advisory_unlock(11)::text");
+            waiters
+                .into_iter()
+                .map(|w| w.join().unwrap())
+                .collect::<Vec<_>>()
+        })
+    });
+    assert_eq!(got, ["ok", "ok"]);
+}
