@@ -1,5 +1,7 @@
 //! Name resolution: `getaddrinfo` (std's `ToSocketAddrs`) runs on
-//! Spindle's blocking pool while the fiber waits.
+//! Spindle's blocking pool while the fiber waits — unless it is asked for
+//! an address literal and a numeric port, which libc answers without I/O,
+//! in place.
 //!
 //! glibc's resolver reads files, talks to nscd or DNS and may load NSS
 //! modules; none of it can park a fiber, so the whole call moves to a pool
@@ -53,6 +55,23 @@ fn copy_str(p: *const c_char) -> Option<CString> {
     (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_owned())
 }
 
+/// Whether the call needs no lookup: an address literal (or none) and a
+/// numeric port (or none). libc answers it without I/O, so it runs in
+/// place instead of on the pool (`ureq` resolves `127.0.0.1:8080` too).
+fn is_numeric(node: *const c_char, service: *const c_char) -> bool {
+    // SAFETY: null or NUL-terminated strings from the caller.
+    let text = |p: *const c_char| (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) });
+    let node_ok = text(node).is_none_or(|n| {
+        n.to_str()
+            .is_ok_and(|n| n.parse::<std::net::IpAddr>().is_ok())
+    });
+    let service_ok = text(service).is_none_or(|s| {
+        let b = s.to_bytes();
+        !b.is_empty() && b.iter().all(u8::is_ascii_digit)
+    });
+    node_ok && service_ok
+}
+
 /// Hooked `getaddrinfo`.
 ///
 /// # Safety
@@ -66,7 +85,7 @@ pub unsafe extern "C" fn getaddrinfo(
     hints: *const addrinfo,
     res: *mut *mut addrinfo,
 ) -> c_int {
-    if !changed() || res.is_null() {
+    if !changed() || res.is_null() || is_numeric(node, service) {
         // SAFETY: the caller's arguments, passed on.
         return unsafe { real::getaddrinfo(node, service, hints, res) };
     }

@@ -27,6 +27,14 @@ fn release(fd: c_int) {
     fdtable::forget(fd);
 }
 
+/// A new fd under a number whose last file may have been closed behind the
+/// hook (libc's internals): the netpoller drops what it kept of that one.
+pub(crate) fn made(fd: c_int) {
+    if INSTALLED.load(std::sync::atomic::Ordering::Relaxed) {
+        spindle::io::release(fd);
+    }
+}
+
 /// Hooked `close`.
 ///
 /// # Safety
@@ -135,6 +143,7 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_
     // SAFETY: passed on.
     let fd = unsafe { real::socket(domain, ty, protocol) };
     if fd >= 0 {
+        made(fd);
         fdtable::created_socket(fd, ty & libc::SOCK_NONBLOCK != 0);
     }
     fd
@@ -157,6 +166,8 @@ pub unsafe extern "C" fn socketpair(
     if r == 0 {
         // SAFETY: the kernel filled both.
         let (a, b) = unsafe { (*sv, *sv.add(1)) };
+        made(a);
+        made(b);
         fdtable::created_socket(a, ty & libc::SOCK_NONBLOCK != 0);
         fdtable::created_socket(b, ty & libc::SOCK_NONBLOCK != 0);
     }

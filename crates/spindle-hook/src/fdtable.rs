@@ -43,6 +43,16 @@ const SOCKET: u32 = 2;
 const NONBLOCK: u32 = 4;
 /// The open file may be shared with another fd.
 const SHARED: u32 = 8;
+/// The socket's timeouts are known (it was made by the hook and is shared
+/// with no other fd): `RCVTIMEO`/`SNDTIMEO` say which are set.
+const TIMEO_KNOWN: u32 = 16;
+/// `SO_RCVTIMEO` is set (with `TIMEO_KNOWN`).
+const RCVTIMEO: u32 = 32;
+/// `SO_SNDTIMEO` is set (with `TIMEO_KNOWN`).
+const SNDTIMEO: u32 = 64;
+/// The fd was made by the hook's own `socket`/`accept4`/`socketpair`: every
+/// close of it passes through the hook (see `wait`).
+const MADE_HERE: u32 = 128;
 /// The mode generation is kept above these bits (0: mode unknown).
 const GEN_SHIFT: u32 = 8;
 
@@ -148,7 +158,7 @@ pub(crate) fn is_nonblocking(fd: c_int) -> bool {
         return v & NONBLOCK != 0;
     }
     let nonblocking = probe_nonblocking(fd);
-    let keep = v & (KNOWN | SOCKET | SHARED);
+    let keep = v & (KNOWN | SOCKET | SHARED | TIMEO_KNOWN | RCVTIMEO | SNDTIMEO | MADE_HERE);
     let _ = w.compare_exchange(
         v,
         keep | (gen << GEN_SHIFT) | if nonblocking { NONBLOCK } else { 0 },
@@ -185,7 +195,7 @@ pub(crate) fn created_socket(fd: c_int, nonblocking: bool) {
     if let Some(w) = word(fd) {
         let mode = if nonblocking { NONBLOCK } else { 0 };
         w.store(
-            KNOWN | SOCKET | mode | (generation() << GEN_SHIFT),
+            KNOWN | SOCKET | TIMEO_KNOWN | MADE_HERE | mode | (generation() << GEN_SHIFT),
             Ordering::Release,
         );
     }
@@ -198,6 +208,8 @@ pub(crate) fn duplicated(old: c_int, new: c_int) {
         w.store(SHARED, Ordering::Release);
     }
     if let Some(w) = word(old) {
+        // Shared now: its timeouts may be set through the other fd.
+        w.fetch_and(!TIMEO_KNOWN, Ordering::AcqRel);
         w.fetch_or(SHARED, Ordering::AcqRel);
     }
 }
@@ -214,8 +226,33 @@ pub(crate) fn mode_set(fd: c_int, nonblocking: bool) {
         GENERATION.fetch_add(1, Ordering::AcqRel);
     }
     let mode = if nonblocking { NONBLOCK } else { 0 };
-    let keep = v & (KNOWN | SOCKET | SHARED);
+    let keep = v & (KNOWN | SOCKET | SHARED | TIMEO_KNOWN | RCVTIMEO | SNDTIMEO | MADE_HERE);
     w.store(keep | mode | (generation() << GEN_SHIFT), Ordering::Release);
+}
+
+/// Whether the socket `fd` has a timeout for receiving (`receive`) or
+/// sending, if the table knows (`None`: ask the kernel).
+pub(crate) fn has_timeout(fd: c_int, receive: bool) -> Option<bool> {
+    let v = word_if_mapped(fd)?.load(Ordering::Acquire);
+    (v & TIMEO_KNOWN != 0).then_some(v & if receive { RCVTIMEO } else { SNDTIMEO } != 0)
+}
+
+/// Whether `fd` was made by the hook, so that its closes are reported to
+/// the netpoller (the cheaper registration is safe).
+pub(crate) fn made_here(fd: c_int) -> bool {
+    word_if_mapped(fd).is_some_and(|w| w.load(Ordering::Acquire) & MADE_HERE != 0)
+}
+
+/// A timeout was set (or cleared) on `fd` through the hook's `setsockopt`.
+pub(crate) fn timeout_set(fd: c_int, receive: bool, on: bool) {
+    if let Some(w) = word_if_mapped(fd) {
+        let bit = if receive { RCVTIMEO } else { SNDTIMEO };
+        if on {
+            w.fetch_or(bit, Ordering::AcqRel);
+        } else {
+            w.fetch_and(!bit, Ordering::AcqRel);
+        }
+    }
 }
 
 /// A call meant for a socket got `ENOTSOCK`: the cached kind was stale.

@@ -103,7 +103,7 @@ use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
 /// Every interposed symbol and this crate's definition of it.
-fn definitions() -> [(&'static CStr, usize); 36] {
+fn definitions() -> [(&'static CStr, usize); 37] {
     [
         (c"read", sockets::read as *const () as usize),
         (c"write", sockets::write as *const () as usize),
@@ -147,6 +147,7 @@ fn definitions() -> [(&'static CStr, usize); 36] {
         (c"ioctl", fds::ioctl as *const () as usize),
         (c"socket", fds::socket as *const () as usize),
         (c"socketpair", fds::socketpair as *const () as usize),
+        (c"setsockopt", sockets::setsockopt as *const () as usize),
     ]
 }
 

@@ -37,6 +37,9 @@ use crate::wait::{self, changed, errno, set_errno, Dir};
 /// The socket's own timeout for `dir` (`SO_RCVTIMEO`/`SO_SNDTIMEO`), as a
 /// deadline on the runtime's clock.
 fn socket_deadline(fd: c_int, dir: Dir) -> Option<Instant> {
+    if fdtable::has_timeout(fd, dir == Dir::Read) == Some(false) {
+        return None;
+    }
     let opt = match dir {
         Dir::Read => libc::SO_RCVTIMEO,
         Dir::Write => libc::SO_SNDTIMEO,
@@ -614,7 +617,40 @@ pub unsafe extern "C" fn accept4(
     // SAFETY: the caller's arguments, passed on.
     let new = unsafe { real::accept4(fd, addr, len, flags) };
     if new >= 0 {
+        crate::fds::made(new);
         fdtable::created_socket(new, flags & libc::SOCK_NONBLOCK != 0);
     }
     new
+}
+
+/// Hooked `setsockopt`: libc's, and the fd table learns of socket timeouts.
+///
+/// # Safety
+///
+/// libc's contract: `value` is valid for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn setsockopt(
+    fd: c_int,
+    level: c_int,
+    name: c_int,
+    value: *const c_void,
+    len: socklen_t,
+) -> c_int {
+    // SAFETY: the caller's arguments, passed on.
+    let r = unsafe { real::setsockopt(fd, level, name, value, len) };
+    // The 64-bit-time names (SO_RCVTIMEO_NEW, SO_SNDTIMEO_NEW) take the
+    // same two 64-bit words on the 64-bit targets.
+    const RCV_NEW: c_int = 66;
+    const SND_NEW: c_int = 67;
+    let receive = name == libc::SO_RCVTIMEO || name == RCV_NEW;
+    let send = name == libc::SO_SNDTIMEO || name == SND_NEW;
+    if r == 0 && level == libc::SOL_SOCKET && (receive || send) {
+        let on = len as usize >= std::mem::size_of::<libc::timeval>() && !value.is_null() && {
+            // SAFETY: the kernel just read a timeval from here.
+            let tv = unsafe { &*value.cast::<libc::timeval>() };
+            tv.tv_sec != 0 || tv.tv_usec != 0
+        };
+        fdtable::timeout_set(fd, receive, on);
+    }
+    r
 }

@@ -62,9 +62,15 @@ pub(crate) fn fd(
         }
     };
     let r = spindle::io::foreign_call(call, || {
-        catch_unwind(AssertUnwindSafe(|| match dir {
-            Dir::Read => spindle::io::wait_readable(fd, timeout),
-            Dir::Write => spindle::io::wait_writable(fd, timeout),
+        // A socket the hook made is closed through the hook (which tells
+        // the netpoller first), and any stale state of its number was
+        // dropped when it was made: it may stay registered between waits.
+        let reported = crate::fdtable::made_here(fd);
+        catch_unwind(AssertUnwindSafe(|| match (dir, reported) {
+            (Dir::Read, true) => spindle::io::wait_readable_reported(fd, timeout),
+            (Dir::Read, false) => spindle::io::wait_readable(fd, timeout),
+            (Dir::Write, true) => spindle::io::wait_writable_reported(fd, timeout),
+            (Dir::Write, false) => spindle::io::wait_writable(fd, timeout),
         }))
     });
     match r {

@@ -65,6 +65,47 @@ pub fn wait_writable(fd: RawFd, timeout: Option<Duration>) -> io::Result<()> {
     )
 }
 
+/// [`wait_readable`] for an fd whose every close Spindle hears of first
+/// (through [`close`] or [`release`]): it is registered with the netpoller
+/// once, not re-added on every wait — one `epoll_ctl` fewer per wait. An fd
+/// closed by other means under this wait's feet could leave its number's
+/// registration stale, and a later wait on a reused number would never
+/// wake: use [`wait_readable`] unless every close is reported.
+///
+/// ```
+/// use std::io::Read;
+/// use std::os::fd::AsRawFd;
+/// spindle::run(|| {
+///     let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+///     a.set_nonblocking(true).unwrap();
+///     let err = spindle::io::wait_readable_reported(a.as_raw_fd(), Some(std::time::Duration::from_millis(1)));
+///     assert_eq!(err.unwrap_err().kind(), std::io::ErrorKind::TimedOut);
+///     spindle::io::close(a.into()); // reported
+///     drop(b);
+/// });
+/// ```
+pub fn wait_readable_reported(fd: RawFd, timeout: Option<Duration>) -> io::Result<()> {
+    wait_fd_as(
+        fd,
+        READ,
+        timeout.map(|t| crate::time::now() + t),
+        false,
+        Owner::Spindle,
+    )
+}
+
+/// [`wait_writable`] for an fd whose every close Spindle hears of first
+/// (see [`wait_readable_reported`]).
+pub fn wait_writable_reported(fd: RawFd, timeout: Option<Duration>) -> io::Result<()> {
+    wait_fd_as(
+        fd,
+        WRITE,
+        timeout.map(|t| crate::time::now() + t),
+        false,
+        Owner::Spindle,
+    )
+}
+
 /// Closes `fd` through the netpoller: every fiber waiting on it wakes with
 /// an error, and its readiness state is reset before the number can be
 /// reused. Fds that were waited on with this module may also be closed by
