@@ -134,9 +134,9 @@ impl Pq {
         let conn = unsafe { pq_sys::PQconnectdb(c.as_ptr()) };
         // SAFETY: PQconnectdb never returns a dangling pointer.
         let ok = unsafe { pq_sys::PQstatus(conn) } == pq_sys::ConnStatusType::CONNECTION_OK;
-        assert!(ok, "libpq connect: {}", unsafe {
-            CStr::from_ptr(pq_sys::PQerrorMessage(conn)).to_string_lossy()
-        });
+        // SAFETY: libpq's message for a live connection, NUL-terminated.
+        let why = unsafe { CStr::from_ptr(pq_sys::PQerrorMessage(conn)) };
+        assert!(ok, "libpq connect: {}", why.to_string_lossy());
         Pq(conn)
     }
 

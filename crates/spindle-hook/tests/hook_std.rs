@@ -423,6 +423,8 @@ fn closing_an_fd_wakes_its_hooked_reader_and_a_reused_number_starts_clean() {
             });
             spindle::time::sleep(Duration::from_millis(20));
             // Another fiber closes the number under it (libc's close).
+            // SAFETY: closes the number the parked reader uses; its owner
+            // (`_a`) is never dropped, so nothing closes it twice.
             unsafe { libc::close(fd) };
             assert_eq!(reader.join().unwrap(), Err(Some(libc::EBADF)));
             drop(b);
@@ -527,7 +529,9 @@ fn a_child_after_fork_gets_libcs_calls() {
                 tv_sec: 0,
                 tv_nsec: 10_000_000,
             };
+            // SAFETY: a valid timespec; no remainder wanted.
             let rc = unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+            // SAFETY: ends the child without running the parent's state.
             unsafe { libc::_exit(if rc == 0 { 7 } else { 1 }) };
         }
         let mut status = 0;
