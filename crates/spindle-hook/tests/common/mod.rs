@@ -31,8 +31,10 @@ pub fn rt(workers: usize) -> spindle::Runtime {
 
 /// On a one-worker runtime, fiber A runs `wait` (a call that waits for
 /// something) while fiber B, spawned after it on the same worker, runs
-/// `meanwhile`. Returns whether B had finished by the time A's call
+/// `meanwhile`. Returns whether B had started by the time A's call
 /// returned: true only if A's wait parked A alone and left the worker to B.
+/// (Started, not finished: when B's work is what ends A's wait, A may be
+/// woken before B has returned.)
 /// (Without the hook, A blocks the only worker: B cannot run until A's call
 /// is over — `wait` must then end by itself, through its own timeout.)
 pub fn other_fiber_ran_during<T: Send + 'static>(
@@ -41,15 +43,15 @@ pub fn other_fiber_ran_during<T: Send + 'static>(
 ) -> (bool, T) {
     within(Duration::from_secs(60), move || {
         rt(1).run(move || {
-            let b_done = Arc::new(AtomicBool::new(false));
+            let b_done = Arc::new(AtomicBool::new(false)); // B has started
             let seen = b_done.clone();
             let a = spindle::spawn(move || {
                 let v = wait();
                 (seen.load(Ordering::SeqCst), v)
             });
             let b = spindle::spawn(move || {
-                meanwhile();
                 b_done.store(true, Ordering::SeqCst);
+                meanwhile();
             });
             let r = a.join().unwrap();
             b.join().unwrap();
