@@ -21,7 +21,8 @@ use crate::wait::INSTALLED;
 
 /// Takes `fd` out of the netpoller before its number is closed or reused.
 fn release(fd: c_int) {
-    if INSTALLED.load(std::sync::atomic::Ordering::Relaxed) {
+    // The netpoller's slot takes a lock: not from inside a signal handler.
+    if INSTALLED.load(std::sync::atomic::Ordering::Relaxed) && !crate::signals::in_handler() {
         spindle::io::release(fd);
     }
     fdtable::forget(fd);
@@ -30,7 +31,7 @@ fn release(fd: c_int) {
 /// A new fd under a number whose last file may have been closed behind the
 /// hook (libc's internals): the netpoller drops what it kept of that one.
 pub(crate) fn made(fd: c_int) {
-    if INSTALLED.load(std::sync::atomic::Ordering::Relaxed) {
+    if INSTALLED.load(std::sync::atomic::Ordering::Relaxed) && !crate::signals::in_handler() {
         spindle::io::release(fd);
     }
 }

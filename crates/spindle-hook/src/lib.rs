@@ -53,6 +53,7 @@
 //! | `nanosleep`, `clock_nanosleep`, `usleep`, `sleep` | the fiber sleeps on its worker's timers |
 //! | `getaddrinfo` | runs on the blocking pool |
 //! | `close`, `dup2`, `dup3` (any thread) | the fd leaves the netpoller before it closes |
+//! | `sigaction`, `signal` (any thread) | the handler is wrapped, so that calls inside it are libc's |
 //!
 //! Kept exactly as libc's: the fd's blocking mode (`fcntl(F_GETFL)` shows
 //! what its owner set; a plain thread sharing the fd still blocks); a
@@ -76,12 +77,12 @@
 //! Spindle wait. A fiber still inside a changed call when its runtime stops
 //! is leaked, not unwound: C frames cannot be unwound through.
 //!
-//! Not changed: std's locks, condvars and channels (futexes: the stall
-//! watchdog names them), the calls with a signal mask, files, pipes, and
-//! whatever a library does through raw `syscall`s. A signal handler that
-//! runs on a fiber's thread and makes a blocking call on a blocking socket
-//! could park the fiber: make such calls non-blocking, as async-signal-safe
-//! code must anyway.
+//! Not changed: calls made inside a signal handler (every handler
+//! installed through `sigaction` or `signal` is wrapped to say so; the
+//! program still reads back its own handler), std's locks, condvars and
+//! channels (futexes: the stall watchdog names them), the calls with a
+//! signal mask, files, pipes, and whatever a library does through raw
+//! `syscall`s.
 //!
 //! The design is in `docs/DESIGN.md`, "Code Spindle did not write".
 
@@ -93,6 +94,7 @@ mod fdtable;
 mod polls;
 mod real;
 mod report;
+mod signals;
 mod sleeps;
 mod sockets;
 mod wait;
@@ -103,7 +105,7 @@ use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
 /// Every interposed symbol and this crate's definition of it.
-fn definitions() -> [(&'static CStr, usize); 37] {
+fn definitions() -> [(&'static CStr, usize); 39] {
     [
         (c"read", sockets::read as *const () as usize),
         (c"write", sockets::write as *const () as usize),
@@ -148,6 +150,8 @@ fn definitions() -> [(&'static CStr, usize); 37] {
         (c"socket", fds::socket as *const () as usize),
         (c"socketpair", fds::socketpair as *const () as usize),
         (c"setsockopt", sockets::setsockopt as *const () as usize),
+        (c"sigaction", signals::sigaction as *const () as usize),
+        (c"signal", signals::signal as *const () as usize),
     ]
 }
 

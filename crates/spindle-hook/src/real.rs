@@ -108,6 +108,7 @@ real_functions! {
     connect(fd: c_int, addr: *const libc::sockaddr, len: libc::socklen_t) -> c_int;
     accept4(fd: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t, flags: c_int) -> c_int;
     socket(domain: c_int, ty: c_int, protocol: c_int) -> c_int;
+    sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int;
     setsockopt(fd: c_int, level: c_int, name: c_int, value: *const c_void, len: libc::socklen_t) -> c_int;
     socketpair(domain: c_int, ty: c_int, protocol: c_int, sv: *mut c_int) -> c_int;
     poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int;

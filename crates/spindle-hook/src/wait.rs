@@ -4,8 +4,9 @@
 //! a child after `fork`), and made by a fiber that may suspend
 //! (`spindle::can_suspend`: not a plain thread, not the runtime's own loops
 //! or blocking pool, not inside a `block_on` poll, not a fiber being
-//! unwound by a runtime stop). That check is two loads, one of them a
-//! thread-local: no lock, no allocation.
+//! unwound by a runtime stop), outside any signal handler (`signals`).
+//! That check is an atomic load and thread-local reads: no lock, no
+//! allocation.
 //!
 //! A changed call waits through Spindle's public API — `io::wait_readable`,
 //! `io::wait_writable`, `time::sleep` — inside `io::foreign_call`, so the
@@ -33,7 +34,7 @@ pub(crate) static INSTALLED: AtomicBool = AtomicBool::new(false);
 /// Whether this call is to be changed: see the module docs.
 #[inline]
 pub(crate) fn changed() -> bool {
-    INSTALLED.load(Ordering::Relaxed) && spindle::can_suspend()
+    INSTALLED.load(Ordering::Relaxed) && spindle::can_suspend() && !crate::signals::in_handler()
 }
 
 /// A direction to wait in.

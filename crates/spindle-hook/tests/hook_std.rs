@@ -542,3 +542,83 @@ fn a_child_after_fork_gets_libcs_calls() {
     assert!(libc::WIFEXITED(status));
     assert_eq!(libc::WEXITSTATUS(status), 7);
 }
+
+/// The socket the SIGUSR1 handler below reads (blocking, 50 ms timeout).
+static HANDLER_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+/// What its `recv` returned, and its errno.
+static HANDLER_RESULT: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+extern "C" fn blocking_handler(_sig: libc::c_int) {
+    let fd = HANDLER_FD.load(Ordering::SeqCst);
+    let mut b = 0u8;
+    // SAFETY: a valid one-byte buffer; async-signal-safe.
+    let n = unsafe { libc::recv(fd, (&mut b as *mut u8).cast(), 1, 0) };
+    // SAFETY: errno of this thread.
+    let e = unsafe { *libc::__errno_location() };
+    HANDLER_RESULT.store(((n as i64) << 32) | e as i64, Ordering::SeqCst);
+}
+
+#[test]
+fn a_call_inside_a_signal_handler_on_a_fiber_is_libcs() {
+    hook();
+    let (a, _b) = UnixStream::pair().unwrap();
+    a.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    HANDLER_FD.store(a.as_raw_fd(), Ordering::SeqCst);
+    // SAFETY: installs a handler that only makes async-signal-safe calls.
+    unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = blocking_handler as *const () as usize;
+        libc::sigemptyset(&mut act.sa_mask);
+        assert_eq!(
+            libc::sigaction(libc::SIGUSR1, &act, std::ptr::null_mut()),
+            0
+        );
+    }
+    let (ran, ()) = other_fiber_ran_during(
+        || {
+            // Delivered to this thread, on this fiber's stack, before
+            // `raise` returns.
+            // SAFETY: our own handler is installed.
+            unsafe { libc::raise(libc::SIGUSR1) };
+        },
+        || {},
+    );
+    drop(a);
+    let r = HANDLER_RESULT.load(Ordering::SeqCst);
+    assert_eq!((r >> 32) as i32, -1, "the handler's recv timed out");
+    assert_eq!((r & 0xffff_ffff) as i32, libc::EAGAIN);
+    assert!(
+        !ran,
+        "the handler's recv blocked the thread, as libc's: no fiber switch inside a handler"
+    );
+}
+
+extern "C" fn quiet_handler(_sig: libc::c_int) {}
+
+#[test]
+fn sigaction_reports_the_programs_own_handler_not_the_hooks() {
+    hook();
+    // SAFETY: installs a handler that does nothing, then reads it back.
+    unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = quiet_handler as *const () as usize;
+        libc::sigemptyset(&mut act.sa_mask);
+        assert_eq!(
+            libc::sigaction(libc::SIGUSR2, &act, std::ptr::null_mut()),
+            0
+        );
+        let mut old: libc::sigaction = std::mem::zeroed();
+        assert_eq!(
+            libc::sigaction(libc::SIGUSR2, std::ptr::null(), &mut old),
+            0
+        );
+        assert_eq!(old.sa_sigaction, quiet_handler as *const () as usize);
+        // `signal` answers with the same.
+        let prev = libc::signal(libc::SIGUSR2, libc::SIG_IGN);
+        assert_eq!(prev, quiet_handler as *const () as usize);
+        assert_eq!(libc::signal(libc::SIGUSR2, libc::SIG_DFL), libc::SIG_IGN);
+        // It still runs when the signal comes.
+        libc::sigaction(libc::SIGUSR2, &act, std::ptr::null_mut());
+        libc::raise(libc::SIGUSR2);
+    }
+}
