@@ -19,7 +19,8 @@
 //! Two calls have no per-call flag. `connect` on a blocking socket sets
 //! `O_NONBLOCK` for the one `connect` syscall and restores the owner's flags
 //! before the fiber waits (a socket being connected is in nobody else's
-//! hands). `accept` on a blocking listener waits for readability first and
+//! hands); a Unix socket whose listener's backlog is full is retried after
+//! short sleeps, as the kernel's blocking connect would wait for room. `accept` on a blocking listener waits for readability first and
 //! then accepts; a plain thread that takes the connection in between leaves
 //! that accept blocking its worker until the next one arrives.
 //!
@@ -523,19 +524,37 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
     if flags < 0 {
         return -1;
     }
-    // SAFETY: as above.
-    unsafe { real::fcntl(fd, libc::F_SETFL, (flags | libc::O_NONBLOCK) as usize) };
-    // SAFETY: the caller's arguments, passed on.
-    let rc = unsafe { real::connect(fd, addr, len) };
-    let e = errno();
-    // SAFETY: as above: the owner's flags, back before anything waits.
-    unsafe { real::fcntl(fd, libc::F_SETFL, flags as usize) };
-    if rc == 0 || e != libc::EINPROGRESS {
-        set_errno(e);
-        return rc;
+    let deadline = socket_deadline(fd, Dir::Write);
+    let mut backoff = std::time::Duration::from_millis(1);
+    loop {
+        // SAFETY: as above.
+        unsafe { real::fcntl(fd, libc::F_SETFL, (flags | libc::O_NONBLOCK) as usize) };
+        // SAFETY: the caller's arguments, passed on.
+        let rc = unsafe { real::connect(fd, addr, len) };
+        let e = errno();
+        // SAFETY: as above: the owner's flags, back before anything waits.
+        unsafe { real::fcntl(fd, libc::F_SETFL, flags as usize) };
+        if rc == 0 || e == libc::EINPROGRESS {
+            if rc == 0 {
+                return 0;
+            }
+            break;
+        }
+        if e != libc::EAGAIN {
+            set_errno(e);
+            return rc;
+        }
+        // A Unix socket whose listener's backlog is full: a blocking
+        // connect waits for room, with no readiness to wait on. Retry.
+        if deadline.is_some_and(|d| d <= spindle::time::now()) {
+            return wait::fail(libc::EAGAIN);
+        }
+        if let Err(e) = wait::sleep("hooked connect", backoff) {
+            return wait::fail(e);
+        }
+        backoff = (backoff * 2).min(std::time::Duration::from_millis(50));
     }
     // Connecting: wait until it is writable for real, then read its fate.
-    let deadline = socket_deadline(fd, Dir::Write);
     loop {
         let mut p = libc::pollfd {
             fd,

@@ -234,3 +234,63 @@ fn msg_waitall_fills_the_buffer_across_writes() {
     assert_eq!(n, 6);
     assert_eq!(&buf, b"abcdef");
 }
+
+#[test]
+fn a_unix_connect_into_a_full_backlog_waits_for_room() {
+    hook();
+    let dir = std::env::temp_dir().join(format!("spindle-hook-backlog-{}", std::process::id()));
+    let _ = std::fs::remove_file(&dir);
+    // SAFETY: a fresh socket, bound and listening with a backlog of 0.
+    let listener = unsafe {
+        use std::os::fd::FromRawFd;
+        let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        let mut addr: libc::sockaddr_un = std::mem::zeroed();
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        for (d, s) in addr
+            .sun_path
+            .iter_mut()
+            .zip(dir.as_os_str().as_encoded_bytes())
+        {
+            *d = *s as libc::c_char;
+        }
+        let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+        assert_eq!(
+            libc::bind(fd, (&addr as *const libc::sockaddr_un).cast(), len),
+            0
+        );
+        assert_eq!(libc::listen(fd, 0), 0);
+        std::os::unix::net::UnixListener::from_raw_fd(fd)
+    };
+    let path = dir.clone();
+    let (ran, connected) = other_fiber_ran_during(
+        move || {
+            // Fill the backlog, then one more: that one must wait.
+            let held: Vec<_> = (0..4)
+                .filter_map(|_| {
+                    let s = std::os::unix::net::UnixStream::connect(&path);
+                    s.ok()
+                })
+                .collect();
+            (
+                held.len(),
+                std::os::unix::net::UnixStream::connect(&path).is_ok(),
+            )
+        },
+        move || {
+            spindle::time::sleep(Duration::from_millis(50));
+            // Make room: accept every pending connection for a while.
+            listener.set_nonblocking(true).unwrap();
+            let start = Instant::now();
+            let mut kept = Vec::new();
+            while start.elapsed() < Duration::from_millis(500) {
+                if let Ok((c, _)) = listener.accept() {
+                    kept.push(c);
+                }
+                spindle::time::sleep(Duration::from_millis(5));
+            }
+        },
+    );
+    let _ = std::fs::remove_file(&dir);
+    assert!(ran);
+    assert_eq!(connected, (4, true));
+}
