@@ -137,7 +137,20 @@ pub fn alone(name: &str) -> bool {
     if std::env::var_os("SPINDLE_HOOK_TEST_ALONE").is_some() {
         return true;
     }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
+    // Under an emulator (`.ci/run`'s aarch64 run under QEMU) the runner
+    // goes in front, as `SPINDLE_TEST_RUNNER` names it.
+    let exe = std::env::current_exe().unwrap();
+    let runner = std::env::var("SPINDLE_TEST_RUNNER").unwrap_or_default();
+    let mut words = runner.split_whitespace();
+    let mut command = match words.next() {
+        Some(program) => {
+            let mut c = std::process::Command::new(program);
+            c.args(words).arg(exe);
+            c
+        }
+        None => std::process::Command::new(exe),
+    };
+    let out = command
         .args(["--exact", name, "--test-threads=1", "--nocapture"])
         .env("SPINDLE_HOOK_TEST_ALONE", "1")
         .output()
