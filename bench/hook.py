@@ -22,12 +22,14 @@ import os
 import re
 import statistics
 import subprocess
+import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 T = os.path.join(ROOT, "target", "release")
-TICK = os.sysconf("SC_CLK_TCK")
+sys.path.insert(0, HERE)
+from net import cpu_seconds  # noqa: E402  (the same /proc reading as net.py's rows)
 
 
 def build():
@@ -37,12 +39,6 @@ def build():
                    cwd=ROOT, check=True)
     subprocess.run(["go", "build", "-o", os.path.join(T, "fanout_go"), "fanout.go"],
                    cwd=os.path.join(HERE, "go", "fanout"), check=True)
-
-
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def value(out, key):

@@ -350,6 +350,27 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) ->
     })
 }
 
+/// `op`, a socket call standing for a plain one; if the fd turns out not
+/// to be a socket (the table was stale, and is corrected), `plain` — libc's
+/// own call — instead.
+fn as_socket(op: impl FnOnce() -> isize, plain: impl FnOnce() -> isize) -> isize {
+    let r = op();
+    if r < 0 && errno() == libc::ENOTSOCK {
+        plain()
+    } else {
+        r
+    }
+}
+
+/// A message over the caller's `n` buffers, for `recvmsg`/`sendmsg`.
+fn message_of(iov: *const libc::iovec, n: c_int) -> msghdr {
+    // SAFETY: an all-zero msghdr is valid.
+    let mut msg: msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.cast_mut();
+    msg.msg_iovlen = n as usize;
+    msg
+}
+
 /// Hooked `read`: sockets are read as `recv` with no flags.
 ///
 /// # Safety
@@ -357,19 +378,14 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) ->
 /// libc's contract: `buf` is valid for `n` bytes.
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: usize) -> isize {
+    // SAFETY: the caller's arguments, passed on.
+    let plain = || unsafe { real::read(fd, buf, n) };
     if !changed() || !fdtable::is_socket(fd) {
-        // SAFETY: the caller's arguments, passed on.
-        return unsafe { real::read(fd, buf, n) };
+        return plain();
     }
-    let r = on_fiber("hooked read", fd, Dir::Read, 0, |extra| {
-        // SAFETY: the caller's arguments, passed on.
-        unsafe { real::recv(fd, buf, n, extra) }
-    });
-    if r < 0 && errno() == libc::ENOTSOCK {
-        // SAFETY: as above; the table was stale and is corrected.
-        return unsafe { real::read(fd, buf, n) };
-    }
-    r
+    // SAFETY: the caller's buffer.
+    let recv = |extra| unsafe { real::recv(fd, buf, n, extra) };
+    as_socket(|| on_fiber("hooked read", fd, Dir::Read, 0, recv), plain)
 }
 
 /// Hooked `__read_chk` (`read` under `_FORTIFY_SOURCE`).
@@ -439,19 +455,16 @@ pub unsafe extern "C" fn __recvfrom_chk(
 /// libc's contract: `buf` is valid for `n` bytes.
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: usize) -> isize {
+    // SAFETY: the caller's arguments, passed on.
+    let plain = || unsafe { real::write(fd, buf, n) };
     if !changed() || !fdtable::is_socket(fd) {
-        // SAFETY: the caller's arguments, passed on.
-        return unsafe { real::write(fd, buf, n) };
+        return plain();
     }
-    let r = send_all("hooked write", fd, n, 0, |off, extra| {
-        // SAFETY: the caller's buffer, at an offset inside it.
-        unsafe { real::send(fd, buf.cast::<u8>().add(off).cast(), n - off, extra) }
-    });
-    if r < 0 && errno() == libc::ENOTSOCK {
-        // SAFETY: as above; the table was stale and is corrected.
-        return unsafe { real::write(fd, buf, n) };
-    }
-    r
+    // SAFETY: the caller's buffer, at an offset inside it.
+    let send = |off: usize, extra| unsafe {
+        real::send(fd, buf.cast::<u8>().add(off).cast(), n - off, extra)
+    };
+    as_socket(|| send_all("hooked write", fd, n, 0, send), plain)
 }
 
 /// Hooked `readv`: sockets are read as `recvmsg`.
@@ -461,23 +474,15 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: usize) -> isize
 /// libc's contract: `iov` points at `n` valid buffers.
 #[no_mangle]
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> isize {
+    // SAFETY: the caller's arguments, passed on.
+    let plain = || unsafe { real::readv(fd, iov, n) };
     if !changed() || n < 0 || !fdtable::is_socket(fd) {
-        // SAFETY: the caller's arguments, passed on.
-        return unsafe { real::readv(fd, iov, n) };
+        return plain();
     }
-    // SAFETY: an all-zero msghdr is valid.
-    let mut msg: msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = iov.cast_mut();
-    msg.msg_iovlen = n as usize;
-    let r = on_fiber("hooked readv", fd, Dir::Read, 0, |extra| {
-        // SAFETY: `msg` describes the caller's buffers.
-        unsafe { real::recvmsg(fd, &mut msg, extra) }
-    });
-    if r < 0 && errno() == libc::ENOTSOCK {
-        // SAFETY: as above.
-        return unsafe { real::readv(fd, iov, n) };
-    }
-    r
+    let mut msg = message_of(iov, n);
+    // SAFETY: `msg` describes the caller's buffers.
+    let recv = |extra| unsafe { real::recvmsg(fd, &mut msg, extra) };
+    as_socket(|| on_fiber("hooked readv", fd, Dir::Read, 0, recv), plain)
 }
 
 /// Hooked `writev`: sockets are written as `sendmsg`, every byte.
@@ -487,25 +492,17 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> 
 /// libc's contract: `iov` points at `n` valid buffers.
 #[no_mangle]
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) -> isize {
+    // SAFETY: the caller's arguments, passed on.
+    let plain = || unsafe { real::writev(fd, iov, n) };
     if !changed() || n < 0 || !fdtable::is_socket(fd) {
-        // SAFETY: the caller's arguments, passed on.
-        return unsafe { real::writev(fd, iov, n) };
+        return plain();
     }
-    // SAFETY: an all-zero msghdr is valid.
-    let mut msg: msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = iov.cast_mut();
-    msg.msg_iovlen = n as usize;
+    let msg = message_of(iov, n);
     // SAFETY: the caller's iovec array.
     let total = unsafe { iov_len(iov, n as usize) };
-    let r = send_all("hooked writev", fd, total, 0, |off, extra| {
-        // SAFETY: `msg` describes the caller's buffers.
-        unsafe { sendmsg_from(fd, &msg, off, extra) }
-    });
-    if r < 0 && errno() == libc::ENOTSOCK {
-        // SAFETY: as above.
-        return unsafe { real::writev(fd, iov, n) };
-    }
-    r
+    // SAFETY: `msg` describes the caller's buffers.
+    let send = |off, extra| unsafe { sendmsg_from(fd, &msg, off, extra) };
+    as_socket(|| send_all("hooked writev", fd, total, 0, send), plain)
 }
 
 /// Hooked `connect`.

@@ -3,31 +3,13 @@
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::Duration;
 
-/// Runs `f` on a thread and fails the test if it takes longer than `limit`.
-pub fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-        let _ = tx.send(r);
-    });
-    match rx.recv_timeout(limit) {
-        Ok(Ok(v)) => v,
-        Ok(Err(p)) => std::panic::resume_unwind(p),
-        Err(_) => panic!("did not finish within {limit:?} (hang)"),
-    }
-}
-
-/// A runtime of `workers` workers, the stall watchdog quiet.
-pub fn rt(workers: usize) -> spindle::Runtime {
-    spindle::Runtime::builder()
-        .workers(workers)
-        .stall_warning(None)
-        .build()
-        .unwrap()
-}
+// The runtime's own test helpers (`within`, `rt`, `this_test_binary`).
+#[path = "../../../spindle/tests/common/mod.rs"]
+mod runtime_helpers;
+pub use runtime_helpers::{rt, this_test_binary, within};
 
 /// On a one-worker runtime, fiber A runs `wait` (a call that waits for
 /// something) while fiber B, spawned after it on the same worker, runs
@@ -137,20 +119,8 @@ pub fn alone(name: &str) -> bool {
     if std::env::var_os("SPINDLE_HOOK_TEST_ALONE").is_some() {
         return true;
     }
-    // Under an emulator (`.ci/run`'s aarch64 run under QEMU) the runner
-    // goes in front, as `SPINDLE_TEST_RUNNER` names it.
-    let exe = std::env::current_exe().unwrap();
-    let runner = std::env::var("SPINDLE_TEST_RUNNER").unwrap_or_default();
-    let mut words = runner.split_whitespace();
-    let mut command = match words.next() {
-        Some(program) => {
-            let mut c = std::process::Command::new(program);
-            c.args(words).arg(exe);
-            c
-        }
-        None => std::process::Command::new(exe),
-    };
-    let out = command
+    // Under an emulator the runner goes in front (`this_test_binary`).
+    let out = this_test_binary()
         .args(["--exact", name, "--test-threads=1", "--nocapture"])
         .env("SPINDLE_HOOK_TEST_ALONE", "1")
         .output()
