@@ -112,48 +112,28 @@ fn on_fiber(
     }
 }
 
-/// A blocking send queues every byte: repeat `op(offset, extra_flags)`
-/// until `len` bytes are sent; a failure after some bytes returns their
-/// count, as the kernel's blocking send does on a timeout.
-fn send_all(
+/// A blocking send queues every byte, and a `MSG_WAITALL` receive fills
+/// its buffer: repeat `op(offset, extra_flags)` until `len` bytes are done.
+/// A failure after some bytes returns their count, as the kernel's blocking
+/// call does on a timeout; 0 ends it (the peer closed, or a datagram went
+/// whole); a non-blocking caller gets what one call did.
+fn whole(
     call: &'static str,
     fd: c_int,
+    dir: Dir,
     len: usize,
     flags: c_int,
     mut op: impl FnMut(usize, c_int) -> isize,
 ) -> isize {
-    let mut sent = 0usize;
+    let mut done = 0usize;
     loop {
-        let n = on_fiber(call, fd, Dir::Write, flags, |extra| op(sent, extra));
+        let n = on_fiber(call, fd, dir, flags, |extra| op(done, extra));
         if n < 0 {
-            return if sent > 0 { sent as isize } else { -1 };
+            return if done > 0 { done as isize } else { -1 };
         }
-        sent += n as usize;
-        // A non-blocking caller gets what one call did; datagrams go whole.
-        if sent >= len || n == 0 || caller_wants_eagain(fd, flags) {
-            return sent as isize;
-        }
-    }
-}
-
-/// A `MSG_WAITALL` receive fills the buffer unless the peer closes or the
-/// call fails: repeat `op(offset, extra_flags)`.
-fn recv_all(
-    call: &'static str,
-    fd: c_int,
-    len: usize,
-    flags: c_int,
-    mut op: impl FnMut(usize, c_int) -> isize,
-) -> isize {
-    let mut got = 0usize;
-    loop {
-        let n = on_fiber(call, fd, Dir::Read, flags, |extra| op(got, extra));
-        if n < 0 {
-            return if got > 0 { got as isize } else { -1 };
-        }
-        got += n as usize;
-        if got >= len || n == 0 {
-            return got as isize;
+        done += n as usize;
+        if done >= len || n == 0 || caller_wants_eagain(fd, flags) {
+            return done as isize;
         }
     }
 }
@@ -208,7 +188,7 @@ pub unsafe extern "C" fn recvfrom(
         )
     };
     if flags & libc::MSG_WAITALL != 0 && n > 0 {
-        recv_all("hooked recv", fd, n, flags, op)
+        whole("hooked recv", fd, Dir::Read, n, flags, op)
     } else {
         on_fiber("hooked recv", fd, Dir::Read, flags, |extra| op(0, extra))
     }
@@ -260,7 +240,7 @@ pub unsafe extern "C" fn sendto(
         // SAFETY: the caller's arguments, passed on.
         return unsafe { real::sendto(fd, buf, n, flags, addr, len) };
     }
-    send_all("hooked send", fd, n, flags, |off, extra| {
+    whole("hooked send", fd, Dir::Write, n, flags, |off, extra| {
         // SAFETY: the caller's buffer, at an offset inside it.
         unsafe {
             real::sendto(
@@ -344,10 +324,17 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) ->
     }
     // SAFETY: the caller's message.
     let total = unsafe { iov_len((*msg).msg_iov, (*msg).msg_iovlen) };
-    send_all("hooked sendmsg", fd, total, flags, |off, extra| {
-        // SAFETY: the caller's message.
-        unsafe { sendmsg_from(fd, msg, off, flags | extra) }
-    })
+    whole(
+        "hooked sendmsg",
+        fd,
+        Dir::Write,
+        total,
+        flags,
+        |off, extra| {
+            // SAFETY: the caller's message.
+            unsafe { sendmsg_from(fd, msg, off, flags | extra) }
+        },
+    )
 }
 
 /// `op`, a socket call standing for a plain one; if the fd turns out not
@@ -464,7 +451,7 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: usize) -> isize
     let send = |off: usize, extra| unsafe {
         real::send(fd, buf.cast::<u8>().add(off).cast(), n - off, extra)
     };
-    as_socket(|| send_all("hooked write", fd, n, 0, send), plain)
+    as_socket(|| whole("hooked write", fd, Dir::Write, n, 0, send), plain)
 }
 
 /// Hooked `readv`: sockets are read as `recvmsg`.
@@ -502,7 +489,10 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) ->
     let total = unsafe { iov_len(iov, n as usize) };
     // SAFETY: `msg` describes the caller's buffers.
     let send = |off, extra| unsafe { sendmsg_from(fd, &msg, off, extra) };
-    as_socket(|| send_all("hooked writev", fd, total, 0, send), plain)
+    as_socket(
+        || whole("hooked writev", fd, Dir::Write, total, 0, send),
+        plain,
+    )
 }
 
 /// Hooked `connect`.
