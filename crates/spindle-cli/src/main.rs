@@ -240,6 +240,12 @@ struct RunArgs {
 }
 
 fn main() -> ExitCode {
+    #[cfg(feature = "hook")]
+    if let Err(e) = spindle_hook::install() {
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), "spindle: {e}");
+        return ExitCode::from(2);
+    }
     let cli = Cli::parse(); // a bad flag: a clear message and status 2
     let _log = init_logging(cli.log_format);
     let result = match cli.command {
