@@ -318,3 +318,120 @@ fn postgres_crate_sessions_on_different_workers_overlap() {
     });
     assert_eq!(got, ["ok", "ok"]);
 }
+
+#[test]
+fn a_redis_server_that_dies_mid_blpop_fails_every_waiter_and_the_worker_goes_on() {
+    hook();
+    let mut redis = Redis::start();
+    let url = redis.url();
+    // Kill the server from a plain thread once every waiter is blocked.
+    let port = redis.port;
+    let killer = std::thread::spawn(move || {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+        let mut con = client.get_connection().unwrap();
+        let start = Instant::now();
+        loop {
+            let info: String = redis::cmd("INFO").arg("clients").query(&mut con).unwrap();
+            if info.contains("blocked_clients:10") || start.elapsed() > Duration::from_secs(10) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = redis.server.kill();
+        let _ = redis.server.wait();
+        redis
+    });
+    let (errors, still_serves) = within(Duration::from_secs(60), move || {
+        rt(1).run(move || {
+            let client = redis::Client::open(url).unwrap();
+            let waiters: Vec<_> = (0..10)
+                .map(|i| {
+                    let client = client.clone();
+                    spindle::spawn(move || {
+                        let mut con = client.get_connection().unwrap();
+                        let r: redis::RedisResult<Option<(String, String)>> = redis::cmd("BLPOP")
+                            .arg(format!("gone-{i}"))
+                            .arg(30)
+                            .query(&mut con);
+                        r.is_err()
+                    })
+                })
+                .collect();
+            let errors = waiters
+                .into_iter()
+                .map(|w| w.join().unwrap())
+                .filter(|e| *e)
+                .count();
+            // The worker is fine: a Spindle sleep and a new fiber still run.
+            spindle::time::sleep(Duration::from_millis(10));
+            (errors, spindle::spawn(|| 7).join().unwrap() == 7)
+        })
+    });
+    drop(killer.join().unwrap());
+    assert_eq!(errors, 10, "every BLPOP failed when its server died");
+    assert!(still_serves);
+}
+
+#[test]
+fn a_postgres_server_shut_down_mid_query_fails_every_libpq_query() {
+    hook();
+    let pg = Postgres::start();
+    let url = pg.url();
+    let watcher = Pq::connect(&url);
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    // Fast shutdown (the helper's drop) from a plain thread, once all five
+    // sleeps are running.
+    let stopper = std::thread::spawn(move || {
+        let _ = rx.recv();
+        drop(pg);
+    });
+    let failed = within(Duration::from_secs(60), move || {
+        rt(1).run(move || {
+            let queries: Vec<_> = (0..5)
+                .map(|_| {
+                    let url = url.clone();
+                    spindle::spawn(move || {
+                        let c = Pq::connect(&url);
+                        let sql = CString::new("select pg_sleep(30)").unwrap();
+                        // SAFETY: our live connection and a NUL-terminated query.
+                        unsafe {
+                            let res = pq_sys::PQexec(c.0, sql.as_ptr());
+                            let ok = pq_sys::PQresultStatus(res)
+                                == pq_sys::ExecStatusType::PGRES_TUPLES_OK;
+                            pq_sys::PQclear(res);
+                            !ok
+                        }
+                    })
+                })
+                .collect();
+            loop {
+                let n: usize = watcher
+                    .query(
+                        "select count(*)::text from pg_stat_activity \
+                         where query = 'select pg_sleep(30)' and state = 'active'",
+                    )
+                    .parse()
+                    .unwrap();
+                if n == 5 {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            tx.send(()).unwrap();
+            let start = Instant::now();
+            let failed = queries
+                .into_iter()
+                .map(|q| q.join().unwrap())
+                .filter(|f| *f)
+                .count();
+            (failed, start.elapsed())
+        })
+    });
+    stopper.join().unwrap();
+    assert_eq!(failed.0, 5, "every query failed when the server went away");
+    assert!(
+        failed.1 < Duration::from_secs(25),
+        "not after their 30 s: {:?}",
+        failed.1
+    );
+}
