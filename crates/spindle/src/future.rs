@@ -130,7 +130,7 @@ fn block_on_fiber<F: Future>(future: F) -> F::Output {
         if yielding {
             // Let the other fibers run before polling again, or a yielding
             // future would keep the worker to itself.
-            crate::yield_now();
+            crate::sched::park::yield_now();
             park::exit_if_cancelled();
             continue;
         }

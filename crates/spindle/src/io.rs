@@ -267,7 +267,7 @@ fn wait_fd_as(
             // Yield first: a loop that ignores the error (an accept loop that
             // logs and goes on) must still give its worker back, so that a
             // shutdown can unwind it.
-            crate::yield_now();
+            crate::sched::park::yield_now();
             Err(park::cancelled_io_error())
         }
     }

@@ -326,7 +326,7 @@ pub fn current() -> Option<Fiber> {
 /// assert_eq!(spindle::worker_id(), None);
 /// ```
 pub fn worker_id() -> Option<usize> {
-    sched::worker::with_current(|w| w.map(|w| w.index))
+    sched::worker::worker_index()
 }
 
 /// How many workers the caller's runtime has, or `None` outside a
@@ -338,7 +338,7 @@ pub fn worker_id() -> Option<usize> {
 /// assert_eq!(spindle::worker_count(), None);
 /// ```
 pub fn worker_count() -> Option<usize> {
-    sched::worker::with_current(|w| w.map(|w| w.sched.workers.len()))
+    sched::worker::worker_count()
 }
 
 /// Hooks for `bench/`; not part of the API.

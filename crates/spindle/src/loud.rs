@@ -28,6 +28,15 @@ macro_rules! loud {
 }
 pub(crate) use loud;
 
+/// A panic payload's message, when it has one.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("<non-string payload>")
+}
+
 /// Runs `f`, catching a panic from it and reporting it as a panic in
 /// `what`: for user code the runtime runs on a worker's or the poller's
 /// own stack (a `Drop`, a waker), where a panic would end that thread.
@@ -37,7 +46,7 @@ pub(crate) fn caught(what: std::fmt::Arguments<'_>, f: impl FnOnce()) {
     if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         warn(format_args!(
             "a panic in {what} was caught: {}",
-            crate::fiber::panic_message(&*payload)
+            panic_message(&*payload)
         ));
         // Its own Drop might panic too: never run it.
         std::mem::forget(payload);

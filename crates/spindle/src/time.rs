@@ -98,7 +98,7 @@ pub fn advance(duration: Duration) {
         .expect("advance overflows Instant");
     sched.time.advance_to(to);
     sched.wake_due_workers();
-    crate::yield_now();
+    crate::sched::park::yield_now();
 }
 
 /// Seconds since the Unix epoch from the kernel's coarse wall clock

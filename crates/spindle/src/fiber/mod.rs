@@ -278,15 +278,6 @@ pub(crate) fn drop_quietly<T>(value: T, what: &str) {
     crate::loud::caught(format_args!("the Drop of {what}"), move || drop(value));
 }
 
-/// A panic payload's message, when it has one.
-pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> &str {
-    payload
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("<non-string payload>")
-}
-
 /// The type-erased body of a fiber.
 pub(crate) trait Task: Send + Sync + 'static {
     /// Runs the closure, catching a panic into the result. Called once, on
@@ -588,7 +579,7 @@ pub(crate) unsafe fn stop(fiber: &FiberRef) -> Option<stack::FiberStack> {
             crate::loud::loud!(
                 "fiber {} ended its forced unwind with a panic: {}",
                 header.id,
-                panic_message(&payload)
+                crate::loud::panic_message(&payload)
             );
             std::mem::forget(payload);
             std::mem::forget(c);
@@ -792,7 +783,11 @@ impl JoinError {
 impl fmt::Debug for JoinError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.repr {
-            JoinErrorRepr::Panic(p) => write!(f, "JoinError::Panic({:?})", panic_message(&**p)),
+            JoinErrorRepr::Panic(p) => write!(
+                f,
+                "JoinError::Panic({:?})",
+                crate::loud::panic_message(&**p)
+            ),
             JoinErrorRepr::Cancelled => f.write_str("JoinError::Cancelled"),
         }
     }

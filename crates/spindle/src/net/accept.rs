@@ -95,7 +95,7 @@ impl Acceptor {
         let listeners = match mode {
             AcceptMode::Shared | AcceptMode::RoundRobin => vec![TcpListener::bind(addr)?],
             AcceptMode::PerWorker => {
-                let workers = crate::worker_count().expect(
+                let workers = crate::sched::worker::worker_count().expect(
                     "spindle::net::Acceptor::bind(PerWorker) called outside a spindle fiber",
                 );
                 let first = TcpListener::bind_reuse_port(addr)?;
@@ -149,7 +149,7 @@ impl Acceptor {
         F: Fn(&AcceptLoop) -> io::Result<()> + Send + Sync + 'static,
     {
         let each_loop = Arc::new(each_loop);
-        let workers = crate::worker_count()
+        let workers = crate::sched::worker::worker_count()
             .expect("spindle::net::Acceptor::run called outside a spindle fiber");
         let dealer = Arc::new(AtomicUsize::new(0));
         let mode = self.mode;
@@ -172,7 +172,7 @@ impl Acceptor {
                     Err(p) => !p.is::<crate::Cancelled>(),
                 };
                 if failed {
-                    let me = crate::current().map(|f| f.id());
+                    let me = crate::sched::worker::current_fiber().map(|f| f.header.id);
                     for f in siblings.lock().unwrap_or_else(|e| e.into_inner()).iter() {
                         if Some(f.id()) != me {
                             f.cancel();
@@ -270,7 +270,8 @@ impl AcceptLoop {
         match self.mode {
             AcceptMode::Shared => builder.spawn(f),
             AcceptMode::PerWorker => {
-                let here = crate::worker_id().expect("an accept loop runs on a fiber");
+                let here =
+                    crate::sched::worker::worker_index().expect("an accept loop runs on a fiber");
                 builder.spawn_on_worker(here, f)
             }
             AcceptMode::RoundRobin => {

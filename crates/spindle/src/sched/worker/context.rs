@@ -88,6 +88,17 @@ pub(crate) fn current_fiber() -> Option<FiberRef> {
     })
 }
 
+/// Index of the calling thread's worker in its runtime (`spindle::worker_id`).
+pub(crate) fn worker_index() -> Option<usize> {
+    with_worker(|w| w.map(|w| w.index))
+}
+
+/// How many workers the calling thread's runtime has
+/// (`spindle::worker_count`).
+pub(crate) fn worker_count() -> Option<usize> {
+    with_worker(|w| w.map(|w| w.sched.workers.len()))
+}
+
 /// Whether the caller runs on a fiber.
 #[inline]
 pub(crate) fn on_fiber() -> bool {

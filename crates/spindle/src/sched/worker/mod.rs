@@ -58,7 +58,8 @@ use crate::poll::timer::TimerHeap;
 
 pub(crate) use context::{
     arm_timer, can_park, current_fiber, drive_in_place, in_block_on_poll, note_dead_timer, now,
-    on_fiber, push_if_owner, push_new_here, report_here, reserve_here, with_current, BlockOnPoll,
+    on_fiber, push_if_owner, push_new_here, report_here, reserve_here, with_current, worker_count,
+    worker_index, BlockOnPoll,
 };
 
 /// Most entries moved from a shared queue to the local one per lock.
@@ -318,7 +319,7 @@ fn died(index: usize, payload: &(dyn std::any::Any + Send)) -> ! {
     crate::loud::loud!(
         "worker {index} stopped on a panic in its own loop: {}; its fibers \
          can never run again, so the process aborts rather than hang",
-        crate::fiber::panic_message(payload)
+        crate::loud::panic_message(payload)
     );
     std::process::abort()
 }
