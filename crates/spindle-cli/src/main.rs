@@ -5,6 +5,8 @@
 //! the environment variable named in its help (a flag on the command line
 //! wins).
 
+#![forbid(unsafe_code)]
+
 mod access_log;
 mod log_writer;
 mod manifest;

@@ -33,6 +33,8 @@
 //! | `stream` | plain TCP or TLS: one reader and one writer at once over a split rustls session |
 //! | [`tls`] | rustls configurations from PEM files, webpki roots or a private CA |
 
+#![forbid(unsafe_code)]
+
 mod body;
 mod client;
 mod config;

@@ -32,6 +32,8 @@
 //! | `log` | guest stdout/stderr into the host's log, prefixed by request |
 //! | `config` | [`HostConfig`]: caps, fuel, memory, deadline, grants |
 
+#![forbid(unsafe_code)]
+
 mod clocks;
 mod command;
 mod config;
