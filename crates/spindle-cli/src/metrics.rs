@@ -214,7 +214,7 @@ impl Metrics {
     /// The observer a component's host reports to.
     pub fn observer(self: &Arc<Self>, component: &str) -> Arc<dyn spindle_wasm::Observer> {
         let l = labels(&[("component", component)]);
-        let outcomes = OUTCOMES.map(|o| {
+        let outcomes = spindle_wasm::Outcome::ALL.map(|o| {
             let l = labels(&[("component", component), ("outcome", o.as_str())]);
             (o, self.outcomes.get_or_create(&l).clone())
         });
@@ -255,21 +255,6 @@ impl Metrics {
     }
 }
 
-/// Every outcome, for counters made at startup.
-const OUTCOMES: [spindle_wasm::Outcome; 8] = {
-    use spindle_wasm::Outcome::*;
-    [
-        Answered,
-        Busy,
-        BadRequest,
-        Trap,
-        FuelExhausted,
-        Deadline,
-        MemoryLimit,
-        Failed,
-    ]
-};
-
 /// One component's host observer: its histograms and outcome counters
 /// (made at startup: a report costs no label allocation or lookup).
 struct ComponentObserver {
@@ -279,7 +264,7 @@ struct ComponentObserver {
     instantiate: Histogram,
     handle: Histogram,
     rejected: Counter,
-    outcomes: [(spindle_wasm::Outcome, Counter); 8],
+    outcomes: [(spindle_wasm::Outcome, Counter); spindle_wasm::Outcome::ALL.len()],
 }
 
 impl spindle_wasm::Observer for ComponentObserver {

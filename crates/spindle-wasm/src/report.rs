@@ -31,6 +31,25 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome, in declaration order: for counters made ahead of
+    /// time (one per outcome).
+    ///
+    /// ```
+    /// use spindle_wasm::Outcome;
+    /// assert!(Outcome::ALL.contains(&Outcome::Trap));
+    /// assert_eq!(Outcome::ALL.len(), 8);
+    /// ```
+    pub const ALL: [Outcome; 8] = [
+        Outcome::Answered,
+        Outcome::Busy,
+        Outcome::BadRequest,
+        Outcome::Trap,
+        Outcome::FuelExhausted,
+        Outcome::Deadline,
+        Outcome::MemoryLimit,
+        Outcome::Failed,
+    ];
+
     /// A short label, for metrics and logs.
     ///
     /// ```
