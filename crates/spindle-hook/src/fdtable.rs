@@ -203,7 +203,6 @@ pub(crate) fn created_socket(fd: c_int, nonblocking: bool) {
 
 /// `new` was made by `dup` of `old`: both now share one open file.
 pub(crate) fn duplicated(old: c_int, new: c_int) {
-    forget(new);
     if let Some(w) = word(new) {
         w.store(SHARED, Ordering::Release);
     }

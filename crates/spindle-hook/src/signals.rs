@@ -8,6 +8,11 @@
 //! with no destructor, safe to touch in a handler) around the user's own,
 //! and a call made while the count is not zero is never changed.
 //!
+//! A handler that leaves by `siglongjmp` never returns through the
+//! trampoline: its thread then counts as inside a handler for good, and
+//! its calls stay libc's (blocking the worker, as without the hook) —
+//! safe, never a switch inside a signal frame.
+//!
 //! What the program sees stays its own: `sigaction` reports the handler it
 //! installed, not the trampoline, and one the kernel reset (`SA_RESETHAND`)
 //! as the kernel reports it.
@@ -41,35 +46,29 @@ fn counted(f: impl FnOnce()) {
     IN_HANDLER.with(|c| c.set(c.get() - 1));
 }
 
+/// The program's handler of `sig`, if one is wrapped.
+fn user_handler(sig: c_int) -> Option<usize> {
+    let h = HANDLERS.get(sig as usize)?.load(Ordering::Acquire);
+    (h != 0).then_some(h)
+}
+
 extern "C" fn trampoline_info(sig: c_int, info: *mut siginfo_t, ctx: *mut c_void) {
-    let h = HANDLERS
-        .get(sig as usize)
-        .map_or(0, |h| h.load(Ordering::Acquire));
-    if h == 0 {
-        return;
-    }
-    counted(|| {
+    if let Some(h) = user_handler(sig) {
         // SAFETY: `h` is the SA_SIGINFO handler the program installed for
         // `sig`, called as the kernel would have called it.
         let f: extern "C" fn(c_int, *mut siginfo_t, *mut c_void) =
             unsafe { std::mem::transmute::<usize, _>(h) };
-        f(sig, info, ctx)
-    });
+        counted(|| f(sig, info, ctx));
+    }
 }
 
 extern "C" fn trampoline_plain(sig: c_int) {
-    let h = HANDLERS
-        .get(sig as usize)
-        .map_or(0, |h| h.load(Ordering::Acquire));
-    if h == 0 {
-        return;
-    }
-    counted(|| {
+    if let Some(h) = user_handler(sig) {
         // SAFETY: `h` is the one-argument handler the program installed
         // for `sig`, called as the kernel would have called it.
         let f: extern "C" fn(c_int) = unsafe { std::mem::transmute::<usize, _>(h) };
-        f(sig)
-    });
+        counted(|| f(sig));
+    }
 }
 
 /// Whether `handler` is one of ours.

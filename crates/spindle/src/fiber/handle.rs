@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 
 use super::wait::{self, Notify};
 use super::{state, FiberRef, Placement};
+
 /// A handle to a fiber: its identity, and a way to wake it.
 ///
 /// Obtained from [`current`](crate::current) or [`JoinHandle::fiber`].
