@@ -90,9 +90,7 @@ pub(crate) fn time_switch_pairs(pairs: u64) -> std::time::Duration {
     let class =
         size_class(round_stack_size(DEFAULT_STACK_SIZE).expect("the default size is valid"));
     let mut pool = StackPool::new(1, class);
-    let stack = class
-        .take(class.reserve().expect("stack"), &mut pool)
-        .expect("stack");
+    let stack = pool.take(class.reserve().expect("stack")).expect("stack");
     let mut coro: Coroutine<(), (), (), FiberStack> =
         Coroutine::with_stack(stack, move |y: &Yielder<(), ()>, ()| loop {
             y.suspend(());

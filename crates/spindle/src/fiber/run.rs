@@ -63,7 +63,7 @@ pub(crate) unsafe fn prepare(fiber: &FiberRef, pool: &mut stack::StackPool) -> b
     // SAFETY: first run by the owner: `reservation` is ours to take.
     let reservation = unsafe { (*header.reservation.get()).take() }
         .expect("an unstarted fiber holds its stack reservation");
-    let stack = match header.stack_class.take(reservation, pool) {
+    let stack = match pool.take(reservation) {
         Ok(stack) => stack,
         Err(e) => {
             // The reservation promised a slot; only a guard install can fail
