@@ -22,9 +22,9 @@ use spindle_http::http::{Method, Uri};
 use spindle_http::{Body, Request, Response, StatusCode};
 use spindle_wasm::{Host, HostConfig};
 
+use crate::args::{bytes, seconds, seconds_or_zero, ServeArgs};
 use crate::manifest::{Manifest, Route, Router};
 use crate::metrics::{Metrics, RouteMetrics};
-use crate::ServeArgs;
 
 /// What serving needs: the components, how paths reach them, the metrics.
 struct App {
@@ -205,10 +205,10 @@ fn component_config(
         config = config.fuel_yield_interval(n);
     }
     if let Some(m) = &c.memory_limit {
-        config = config.memory_limit(crate::bytes(m).map_err(what)?);
+        config = config.memory_limit(bytes(m).map_err(what)?);
     }
     if let Some(t) = c.timeout {
-        config = config.timeout(crate::seconds(&t.to_string()).map_err(what)?);
+        config = config.timeout(seconds(&t.to_string()).map_err(what)?);
     }
     if let Some(n) = c.max_instance_reuse {
         config = config.instance_reuse(n);
@@ -217,8 +217,7 @@ fn component_config(
         config = config.instance_concurrency(n);
     }
     if let Some(t) = c.idle_instance_timeout {
-        config =
-            config.instance_idle_timeout(crate::seconds_or_zero(&t.to_string()).map_err(what)?);
+        config = config.instance_idle_timeout(seconds_or_zero(&t.to_string()).map_err(what)?);
     }
     for host in &c.allow_outbound {
         config = config.allow_outbound(host).map_err(what)?;

@@ -46,7 +46,12 @@ impl Real {
         let a = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) } as usize;
         if a == 0 {
             // libc always defines these; without one nothing can go on.
-            crate::report::abort_raw(b"spindle-hook: libc does not define a hooked function\n");
+            // Said with the bare system call: `write` itself may be the
+            // one missing.
+            let msg = b"spindle-hook: libc does not define a hooked function\n";
+            // SAFETY: a valid buffer of `msg.len()` bytes; fd 2 or nothing.
+            unsafe { libc::syscall(libc::SYS_write, 2, msg.as_ptr(), msg.len()) };
+            std::process::abort();
         }
         self.addr.store(a, Ordering::Release);
         a

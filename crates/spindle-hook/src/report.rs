@@ -11,12 +11,6 @@ pub(crate) fn raw(msg: &[u8]) {
     unsafe { crate::real::write(2, msg.as_ptr().cast(), msg.len()) };
 }
 
-/// Says why on stderr and aborts: for a process that cannot go on.
-pub(crate) fn abort_raw(msg: &[u8]) -> ! {
-    raw(msg);
-    std::process::abort()
-}
-
 /// A panic caught inside a changed call (a bug: Spindle's waits report
 /// their failures as errors). Said on stderr; the call fails with `EIO`.
 pub(crate) fn caught_panic(call: &'static str, payload: Box<dyn Any + Send>) -> c_int {

@@ -1,0 +1,205 @@
+//! The command line's arguments for `spindle serve` and `spindle run`:
+//! their flags, environment variables and defaults (clap derives the
+//! parsing and `--help` from the doc comments), the value parsers, and
+//! how guest limits and grants turn into a [`HostConfig`].
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use spindle_wasm::HostConfig;
+
+/// Limits of one guest request (defaults for every component of a
+/// manifest, which may override them).
+#[derive(Args, Clone)]
+pub(crate) struct LimitArgs {
+    /// Guest requests running at once; past it requests queue (up to N
+    /// more, 5 s) and then get 503
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1000,
+        env = "SPINDLE_MAX_CONCURRENT"
+    )]
+    pub(crate) max_concurrent: usize,
+    /// The guest yields its worker every N fuel units
+    #[arg(long, value_name = "N", default_value = "1000000", value_parser = number, env = "SPINDLE_FUEL_YIELD")]
+    pub(crate) fuel_yield: u64,
+    /// Fuel budget of one request; past it, 500
+    #[arg(long, value_name = "N", default_value = "1000000000", value_parser = number, env = "SPINDLE_FUEL_LIMIT")]
+    pub(crate) fuel_limit: u64,
+    /// Linear memory per instance (suffix K, M or G: KiB, MiB, GiB);
+    /// growing past it is a 500
+    #[arg(long, value_name = "BYTES", default_value = "128M", value_parser = bytes, env = "SPINDLE_MEMORY_LIMIT")]
+    pub(crate) memory_limit: usize,
+    /// Wall-clock deadline of one request in seconds; past it, 500
+    #[arg(long, value_name = "SECS", default_value = "30", value_parser = seconds, env = "SPINDLE_TIMEOUT")]
+    pub(crate) timeout: Duration,
+    /// Requests one instance serves in all before it is dropped (1: a
+    /// fresh instance per request). A WASI 0.2 component reuses its
+    /// instance one request after another [default: 128 for WASI 0.3,
+    /// 1 for WASI 0.2]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), env = "SPINDLE_MAX_INSTANCE_REUSE")]
+    pub(crate) max_instance_reuse: Option<u64>,
+    /// Requests one WASI 0.3 instance serves at once (1: never
+    /// interleaved, for guests that break when they are)
+    #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..), env = "SPINDLE_MAX_INSTANCE_CONCURRENCY")]
+    pub(crate) max_instance_concurrency: u64,
+    /// Seconds an instance with nothing to do is kept for reuse
+    #[arg(long, value_name = "SECS", default_value = "1", value_parser = seconds_or_zero, env = "SPINDLE_IDLE_INSTANCE_TIMEOUT")]
+    pub(crate) idle_instance_timeout: Duration,
+}
+
+/// What guests may reach and see.
+#[derive(Args, Clone)]
+pub(crate) struct GuestArgs {
+    /// Hosts guests may reach over wasi:http, comma-separated host[:port];
+    /// '*' allows any host. May repeat. [default: none]
+    #[arg(long, value_name = "LIST", env = "SPINDLE_ALLOW_OUTBOUND")]
+    pub(crate) allow_outbound: Vec<String>,
+    /// Environment variable for the guest (K=V). May repeat.
+    #[arg(long, value_name = "K=V", value_parser = key_value)]
+    pub(crate) env: Vec<(String, String)>,
+}
+
+#[derive(Args)]
+pub(crate) struct ServeArgs {
+    /// The component to serve [default: the built-in hello]
+    #[arg(value_name = "APP.wasm", conflicts_with = "app")]
+    pub(crate) wasm: Option<PathBuf>,
+    /// An app manifest (TOML): several components, each on its routes
+    /// with its own limits (see the README)
+    #[arg(long, value_name = "FILE", env = "SPINDLE_APP")]
+    pub(crate) app: Option<PathBuf>,
+    /// Address to listen on
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1:8080",
+        env = "SPINDLE_LISTEN"
+    )]
+    pub(crate) listen: String,
+    /// Worker threads [default: number of CPUs]
+    #[arg(long, value_name = "N", env = "SPINDLE_WORKERS")]
+    pub(crate) workers: Option<usize>,
+    /// Serve HTTPS with this certificate chain (PEM); needs --tls-key
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "tls_key",
+        env = "SPINDLE_TLS_CERT"
+    )]
+    pub(crate) tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "tls_cert",
+        env = "SPINDLE_TLS_KEY"
+    )]
+    pub(crate) tls_key: Option<PathBuf>,
+    /// Admin listener (never routed to a guest): /healthz, /readyz and
+    /// /metrics (Prometheus) [default: off]
+    #[arg(long, value_name = "ADDR", env = "SPINDLE_ADMIN")]
+    pub(crate) admin: Option<String>,
+    /// Bind with SO_REUSEPORT, so several spindle processes share the port
+    #[arg(long, env = "SPINDLE_REUSE_PORT")]
+    pub(crate) reuse_port: bool,
+    /// On SIGTERM, keep serving this long with /readyz failing before the
+    /// drain starts (time for a load balancer to stop sending)
+    #[arg(long, value_name = "SECS", default_value = "0", value_parser = seconds_or_zero, env = "SPINDLE_SHUTDOWN_DELAY")]
+    pub(crate) shutdown_delay: Duration,
+    /// How long requests in flight may run once the drain starts
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = seconds_or_zero, env = "SPINDLE_DRAIN_TIMEOUT")]
+    pub(crate) drain_timeout: Duration,
+    #[command(flatten)]
+    pub(crate) limits: LimitArgs,
+    #[command(flatten)]
+    pub(crate) guest: GuestArgs,
+}
+
+#[derive(Args)]
+pub(crate) struct RunArgs {
+    #[command(flatten)]
+    pub(crate) guest: GuestArgs,
+    /// The command component
+    #[arg(value_name = "APP.wasm")]
+    pub(crate) wasm: PathBuf,
+    /// Arguments for the guest
+    #[arg(
+        value_name = "ARGS",
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub(crate) args: Vec<String>,
+}
+
+impl LimitArgs {
+    /// These limits on top of `config`.
+    pub(crate) fn apply(&self, config: HostConfig) -> HostConfig {
+        let config = config
+            .max_concurrent(self.max_concurrent)
+            .fuel_yield_interval(self.fuel_yield)
+            .fuel_limit(self.fuel_limit)
+            .memory_limit(self.memory_limit)
+            .timeout(self.timeout)
+            .instance_concurrency(self.max_instance_concurrency as usize)
+            .instance_idle_timeout(self.idle_instance_timeout);
+        match self.max_instance_reuse {
+            Some(n) => config.instance_reuse(n as usize),
+            None => config,
+        }
+    }
+}
+
+impl GuestArgs {
+    /// These grants on top of `config`.
+    pub(crate) fn apply(&self, mut config: HostConfig) -> Result<HostConfig, String> {
+        for list in &self.allow_outbound {
+            config = config.allow_outbound(list)?;
+        }
+        for (k, v) in &self.env {
+            config = config.env(k, v);
+        }
+        Ok(config)
+    }
+}
+
+pub(crate) fn number(v: &str) -> Result<u64, String> {
+    v.replace('_', "")
+        .parse()
+        .map_err(|_| format!("{v:?} is not a number"))
+}
+
+/// `64M`, `1G`, `65536` → bytes.
+pub(crate) fn bytes(v: &str) -> Result<usize, String> {
+    let (digits, shift) = match v.chars().last() {
+        Some('k' | 'K') => (&v[..v.len() - 1], 10),
+        Some('m' | 'M') => (&v[..v.len() - 1], 20),
+        Some('g' | 'G') => (&v[..v.len() - 1], 30),
+        _ => (v, 0),
+    };
+    let n: usize = digits.parse().map_err(|_| format!("{v:?} is not a size"))?;
+    n.checked_shl(shift)
+        .filter(|b| b >> shift == n)
+        .ok_or_else(|| format!("{v:?} is too large"))
+}
+
+/// Seconds, at least 1 ms.
+pub(crate) fn seconds(v: &str) -> Result<Duration, String> {
+    seconds_or_zero(v).map(|d| d.max(Duration::from_millis(1)))
+}
+
+pub(crate) fn seconds_or_zero(v: &str) -> Result<Duration, String> {
+    let secs: f64 = v
+        .parse()
+        .map_err(|_| format!("{v:?} is not a number of seconds"))?;
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("{v:?} is not a number of seconds"))
+}
+
+pub(crate) fn key_value(v: &str) -> Result<(String, String), String> {
+    let (k, val) = v
+        .split_once('=')
+        .ok_or_else(|| format!("wants K=V, got {v:?}"))?;
+    Ok((k.to_string(), val.to_string()))
+}
