@@ -15,8 +15,6 @@ use std::time::{Duration, Instant};
 use wasmtime::component::Linker;
 use wasmtime_wasi::HostMonotonicClock;
 
-use crate::host::GuestState;
-
 /// The monotonic clock guests read: nanoseconds on spindle's clock since
 /// the first reading in this process.
 pub(crate) struct SpindleClock;
@@ -45,7 +43,7 @@ const INTERFACE: &str = "wasi:clocks/monotonic-clock@0.3.0";
 
 /// Replaces wasmtime-wasi's two waits (added before, with the rest of
 /// WASI 0.3) with spindle's.
-pub(crate) fn add_to_linker(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
+pub(crate) fn add_to_linker<T: Send + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
     linker.allow_shadowing(true);
     let mut clock = linker.instance(INTERFACE)?;
     clock.func_wrap_concurrent("wait-for", |_, (nanos,): (u64,)| {

@@ -12,7 +12,8 @@ use wasmtime_wasi::p2::bindings::CommandPre;
 use wasmtime_wasi::WasiCtx;
 
 use crate::config::HostConfig;
-use crate::host::{engine, linker, GuestState};
+use crate::engine::{engine, linker};
+use crate::guest::GuestState;
 
 /// Runs the command component `wasm` with `args` (`args[0]` is its name)
 /// and returns its exit status. Must be called on a Spindle fiber or

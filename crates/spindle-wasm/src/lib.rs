@@ -23,9 +23,12 @@
 //! | module | what |
 //! |---|---|
 //! | `world` | [`World`]: WASI 0.2 or 0.3, from the component's exports |
-//! | `host` | [`Host`]: the engine per world (pooling allocator, fuel, code cache), the linker, admission |
-//! | `proxy` | one WASI 0.2 request through a guest: the exchange polled by `block_on`, body pumping and streaming, deadlines |
-//! | `service` | WASI 0.3: instance fibers running `run_concurrent`, the pool that hands them requests, reuse and concurrency policy, deadlines and traps |
+//! | `host` | [`Host`]: the face — a compiled component and its world's machinery |
+//! | `engine` | the engine per world (pooling allocator, fuel, code cache) and the linker |
+//! | `guest` | what every guest path shares: store state, the pre-linked component, admission, making a store |
+//! | `answer` | plain answers, failures told, the request body pumped in, the response body taken whole or streamed |
+//! | `proxy` | one WASI 0.2 request through a guest: the exchange polled by `block_on`, reuse of idle instances, deadlines |
+//! | `service/` | WASI 0.3: the pool and instance policy (`pool`), instance fibers running `run_concurrent` (`instance`), the request side (`request`) |
 //! | `clocks` | `wasi:clocks/monotonic-clock@0.3.0` waits on spindle's timers |
 //! | `outbound` | [`AllowList`] and the `send_request` hook onto spindle-http's client |
 //! | `command` | [`run_command`]: a `wasi:cli/run` component, like `wasmtime run` |
@@ -34,9 +37,12 @@
 
 #![forbid(unsafe_code)]
 
+mod answer;
 mod clocks;
 mod command;
 mod config;
+mod engine;
+mod guest;
 mod host;
 mod log;
 mod outbound;

@@ -31,8 +31,8 @@
 //! Whatever body the guest has already written when its response arrives
 //! is taken at once: a guest that answers in one go (most do) gets a
 //! `Content-Length` response. Otherwise the body streams (chunked) through
-//! [`GuestBody`], whose reads keep driving the guest, so an echo can stream
-//! the request body back as it arrives.
+//! a `StreamingBody` (see `answer`), whose reads keep driving the guest,
+//! so an echo can stream the request body back as it arrives.
 //!
 //! # Ending a request early
 //!
@@ -42,32 +42,40 @@
 //! request alone, with a log line naming it.
 
 use std::future::Future;
-use std::io::{self, Read};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes, BytesMut};
-use http_body::{Body as _, Frame};
-use http_body_util::{BodyExt, Empty};
 use spindle_http::{Body, Request, Response, StatusCode};
 use wasmtime::Store;
-use wasmtime_wasi::WasiCtx;
 use wasmtime_wasi_http::p2::bindings::http::types::{ErrorCode, Scheme};
+use wasmtime_wasi_http::p2::bindings::ProxyPre;
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 use wasmtime_wasi_http::WasiHttpView;
 
-use crate::host::{Admission, GuestState, HostInner};
-use crate::log::GuestLog;
+use crate::answer::{classify, describe, plain, request_body, take_ready, StreamingBody, Writer};
+use crate::guest::{new_store, Admission, GuestState, HostInner};
 use crate::report::{Outcome, RequestReport};
 
-/// How much of a guest's body is taken whole before streaming instead.
-const WHOLE_BODY_LIMIT: usize = 256 * 1024;
+/// A WASI 0.2 host: its shared part, the pre-linked component, and the
+/// instances kept between requests.
+pub(crate) struct ProxyHost {
+    host: Arc<HostInner>,
+    pre: ProxyPre<GuestState>,
+    idle: IdleInstances,
+}
 
-/// Request bodies are pumped in pieces of this size.
-const PUMP_CHUNK: usize = 16 * 1024;
+impl ProxyHost {
+    pub(crate) fn new(host: Arc<HostInner>, pre: ProxyPre<GuestState>) -> ProxyHost {
+        ProxyHost {
+            host,
+            pre,
+            idle: IdleInstances::default(),
+        }
+    }
+}
 
 /// The guest call: its result, and its store and instance if they may
 /// serve another request.
@@ -98,7 +106,7 @@ impl IdleInstances {
     }
 
     /// The most recently used idle instance still within its idle time.
-    fn take(&self, config: &crate::HostConfig) -> Option<IdleInstance> {
+    fn take(&self, config: &crate::config::HostConfig) -> Option<IdleInstance> {
         if config.instance_reuse.unwrap_or(1) <= 1 {
             return None;
         }
@@ -116,13 +124,13 @@ impl IdleInstances {
 
     /// Keeps `idle` for the next request; starts the reaper if it was the
     /// first.
-    fn put(host: &Arc<HostInner>, idle: IdleInstance) {
-        let mut list = host.idle.lock();
+    fn put(proxy: &Arc<ProxyHost>, idle: IdleInstance) {
+        let mut list = proxy.idle.lock();
         let first = list.is_empty();
         list.push(idle);
         drop(list);
         if first {
-            let weak = Arc::downgrade(host);
+            let weak = Arc::downgrade(proxy);
             let _ = spindle::Builder::new()
                 .name("wasm-idle-reaper")
                 .spawn(move || reap(weak));
@@ -131,10 +139,10 @@ impl IdleInstances {
 }
 
 /// Drops idle instances past their idle time; ends when none is left.
-fn reap(host: std::sync::Weak<HostInner>) {
+fn reap(proxy: Weak<ProxyHost>) {
     loop {
-        let Some(host) = host.upgrade() else { return };
-        let timeout = host.config.instance_idle_timeout;
+        let Some(host) = proxy.upgrade() else { return };
+        let timeout = host.host.config.instance_idle_timeout;
         let next = {
             let mut list = host.idle.lock();
             let stale = list
@@ -154,46 +162,14 @@ fn reap(host: std::sync::Weak<HostInner>) {
         }
     }
 }
+
 type ResponseReceiver =
     tokio::sync::oneshot::Receiver<Result<http::Response<HyperOutgoingBody>, ErrorCode>>;
 
-/// A new store for one guest call: WASI with the guest's output going to
-/// the log, `wasi:http` with the outbound hooks, fuel and memory limits.
-pub(crate) fn new_store(host: &HostInner, tag: Arc<str>, args: &[String]) -> Store<GuestState> {
-    let config = &host.config;
-    let tag = crate::log::Tag::new(tag);
-    let mut wasi = WasiCtx::builder();
-    wasi.stdout(GuestLog::new(tag.clone(), "stdout"))
-        .stderr(GuestLog::new(tag.clone(), "stderr"))
-        .envs(&config.env)
-        .args(args)
-        .monotonic_clock(crate::clocks::SpindleClock);
-    let mut state = GuestState::new(config, wasi.build(), host.client.clone(), tag);
-    state._live = Some(crate::host::LiveInstance::new(
-        &host.instances,
-        &host.instances_made,
-    ));
-    let mut store = Store::new(host.pre.engine(), state);
-    store.limiter(|s| &mut s.limits);
-    // Fuel is on in every engine we build, so these cannot fail.
-    let _ = store.set_fuel(config.fuel_limit);
-    let _ = store.fuel_async_yield_interval(Some(config.fuel_yield_interval));
-    store
-}
-
-pub(crate) fn plain(status: StatusCode, text: &str) -> Response<Body> {
-    let mut r = Response::new(Body::from(format!("{text}\n")));
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("text/plain"),
-    );
-    r
-}
-
 /// Runs the guest for `req` and returns its response (see the module
 /// comment).
-pub(crate) fn handle(host: &Arc<HostInner>, req: Request<Body>) -> Response<Body> {
+pub(crate) fn handle(proxy: &Arc<ProxyHost>, req: Request<Body>) -> Response<Body> {
+    let host = &proxy.host;
     let id = host
         .next_id
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -223,7 +199,7 @@ pub(crate) fn handle(host: &Arc<HostInner>, req: Request<Body>) -> Response<Body
     let deadline = Instant::now() + host.config.timeout;
     // A reused instance (sequential reuse, opted into) keeps its store:
     // renamed for this request, its fuel budget and memory flag reset.
-    let (mut store, reused) = match host.idle.take(&host.config) {
+    let (mut store, reused) = match proxy.idle.take(&host.config) {
         Some(idle) => {
             let mut store = idle.store;
             store.data().tag.set(tag.clone());
@@ -259,10 +235,7 @@ pub(crate) fn handle(host: &Arc<HostInner>, req: Request<Body>) -> Response<Body
             return plain(StatusCode::BAD_REQUEST, "bad request");
         }
     };
-    let crate::host::Pre::Proxy(pre) = &host.pre else {
-        unreachable!("a WASI 0.3 request goes to the service module")
-    };
-    let pre = pre.clone();
+    let pre = proxy.pre.clone();
     let started = Instant::now();
     let instantiated = Arc::new(std::sync::OnceLock::new());
     let mark = instantiated.clone();
@@ -305,7 +278,7 @@ pub(crate) fn handle(host: &Arc<HostInner>, req: Request<Body>) -> Response<Body
             head: None,
         },
         observer: host.config.observer.0.clone(),
-        host: host.clone(),
+        proxy: proxy.clone(),
         _admission: admission,
     };
 
@@ -322,89 +295,21 @@ pub(crate) fn handle(host: &Arc<HostInner>, req: Request<Body>) -> Response<Body
         }
     };
     let (parts, mut body) = response.into_parts();
-    let (taken, complete) = take_ready(&mut exchange, &mut body);
+    let (taken, complete) = take_ready(&mut body, &mut exchange, 0);
     let body = match complete {
         Ok(true) => {
             // The whole body is here; let the guest finish what it does
             // after its response in the background of this request.
             exchange.finish();
-            Body::from(taken.freeze())
+            Body::from(taken)
         }
-        Ok(false) => Body::from_reader(GuestBody {
-            exchange,
-            body,
-            pending: taken.freeze(),
-            done: false,
-        }),
+        Ok(false) => Body::from_reader(StreamingBody::new(body, exchange, taken)),
         Err(why) => {
             exchange.fail(why);
             return plain(StatusCode::INTERNAL_SERVER_ERROR, "guest failed");
         }
     };
     Response::from_parts(parts, body)
-}
-
-/// The request body as the guest sees it: nothing, or a channel that a
-/// pump fiber fills from the connection.
-pub(crate) fn request_body(body: Body) -> wasmtime_wasi_http::p2::body::HyperIncomingBody {
-    if body.is_end() {
-        // Nothing to pump (a GET): no fiber for it.
-        return Empty::<Bytes>::new()
-            .map_err(|never| match never {})
-            .boxed_unsync();
-    }
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, String>>(4);
-    let spawned = spindle::Builder::new()
-        .name("wasm-body-pump")
-        .spawn(move || pump(body, tx));
-    if spawned.is_err() {
-        let (tx, rx2) = tokio::sync::mpsc::channel(1);
-        let _ = tx.try_send(Err("no fiber to read the request body".to_string()));
-        return PumpedBody { rx: rx2 }.boxed_unsync();
-    }
-    PumpedBody { rx }.boxed_unsync()
-}
-
-/// On its own fiber: reads the request body from the connection, blocking
-/// style, into the channel the guest reads (parking while it is full).
-fn pump(mut body: Body, tx: tokio::sync::mpsc::Sender<Result<Bytes, String>>) {
-    loop {
-        let mut buf = BytesMut::zeroed(PUMP_CHUNK);
-        let item = match body.read(&mut buf) {
-            Ok(0) => return,
-            Ok(n) => {
-                buf.truncate(n);
-                Ok(buf.freeze())
-            }
-            Err(e) => Err(e.to_string()),
-        };
-        let failed = item.is_err();
-        if spindle::block_on(tx.send(item)).is_err() || failed {
-            return; // the guest is gone, or the body is broken
-        }
-    }
-}
-
-struct PumpedBody {
-    rx: tokio::sync::mpsc::Receiver<Result<Bytes, String>>,
-}
-
-impl http_body::Body for PumpedBody {
-    type Data = Bytes;
-    type Error = wasmtime_wasi_http::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        self.rx.poll_recv(cx).map(|item| {
-            item.map(|r| {
-                r.map(Frame::data).map_err(|e| {
-                    wasmtime_wasi_http::Error::InternalError(Some(format!("request body: {e}")))
-                })
-            })
-        })
-    }
 }
 
 /// The guest call in flight, its deadline and its admission slot.
@@ -418,9 +323,9 @@ struct Exchange {
     deadline: spindle::time::Sleep,
     tag: Arc<str>,
     timing: Timing,
-    observer: Option<Arc<dyn crate::Observer>>,
+    observer: Option<Arc<dyn crate::report::Observer>>,
     /// Where a store fit for reuse goes back.
-    host: Arc<HostInner>,
+    proxy: Arc<ProxyHost>,
     _admission: Admission,
 }
 
@@ -459,7 +364,7 @@ impl Exchange {
             if let Poll::Ready((result, idle)) = polled {
                 self.call = None;
                 if let Some(idle) = idle {
-                    IdleInstances::put(&self.host, idle);
+                    IdleInstances::put(&self.proxy, idle);
                 }
                 if let Err(e) = result {
                     if self.failure.is_none() {
@@ -518,6 +423,26 @@ impl Exchange {
     }
 }
 
+/// The guest call writes the body as it runs: reading drives it.
+impl Writer for Exchange {
+    const DRIVES_GUEST: bool = true;
+
+    fn drive(&mut self, cx: &mut Context<'_>) {
+        self.poll_call(cx);
+    }
+
+    fn poll_stalled(&mut self, _cx: &mut Context<'_>) -> Poll<String> {
+        match &self.failure {
+            Some(why) if self.call.is_none() => Poll::Ready(why.clone()),
+            _ => Poll::Pending,
+        }
+    }
+
+    fn failed(&mut self, why: &str) {
+        self.fail(why.to_string());
+    }
+}
+
 impl Drop for Exchange {
     fn drop(&mut self) {
         self.finish();
@@ -526,101 +451,6 @@ impl Drop for Exchange {
         }
         if let Some(observer) = &self.observer {
             observer.request(&self.timing.report(self.outcome));
-        }
-    }
-}
-
-/// How a failed guest call ended, for the observer.
-fn classify(e: &wasmtime::Error, memory_hit: bool) -> Outcome {
-    match e.downcast_ref::<wasmtime::Trap>() {
-        Some(wasmtime::Trap::OutOfFuel) => Outcome::FuelExhausted,
-        _ if memory_hit => Outcome::MemoryLimit,
-        Some(_) => Outcome::Trap,
-        None => Outcome::Failed,
-    }
-}
-
-/// One log line for a failed guest call: the trap, or the root cause.
-pub(crate) fn describe(e: &wasmtime::Error) -> String {
-    match e.downcast_ref::<wasmtime::Trap>() {
-        Some(trap) => format!("guest trapped: {trap}"),
-        None => format!("guest failed: {}", e.root_cause()),
-    }
-}
-
-/// Takes the body frames the guest has ready now, without waiting:
-/// `Ok(true)` if that was the whole body.
-fn take_ready(
-    exchange: &mut Exchange,
-    body: &mut HyperOutgoingBody,
-) -> (BytesMut, Result<bool, String>) {
-    let mut taken = BytesMut::new();
-    let result = spindle::block_on(std::future::poll_fn(|cx| loop {
-        exchange.poll_call(cx);
-        match Pin::new(&mut *body).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Ok(data) = frame.into_data() {
-                    taken.extend_from_slice(&data);
-                }
-                if taken.len() > WHOLE_BODY_LIMIT {
-                    return Poll::Ready(Ok(false));
-                }
-            }
-            Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(format!("response body: {e:?}"))),
-            Poll::Ready(None) => return Poll::Ready(Ok(true)),
-            Poll::Pending => return Poll::Ready(Ok(false)),
-        }
-    }));
-    (taken, result)
-}
-
-/// A response body still being written by the guest: each read drives the
-/// guest until it has produced more (or finished, or failed).
-struct GuestBody {
-    exchange: Exchange,
-    body: HyperOutgoingBody,
-    pending: Bytes,
-    done: bool,
-}
-
-impl Read for GuestBody {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        loop {
-            if !self.pending.is_empty() {
-                let n = self.pending.len().min(buf.len());
-                buf[..n].copy_from_slice(&self.pending[..n]);
-                self.pending.advance(n);
-                return Ok(n);
-            }
-            if self.done {
-                return Ok(0);
-            }
-            let (exchange, body) = (&mut self.exchange, &mut self.body);
-            let next = spindle::block_on(std::future::poll_fn(|cx| {
-                exchange.poll_call(cx);
-                match Pin::new(&mut *body).poll_frame(cx) {
-                    // Trailers carry no data: an empty piece, read on.
-                    Poll::Ready(Some(Ok(frame))) => {
-                        Poll::Ready(Ok(Some(frame.into_data().unwrap_or_default())))
-                    }
-                    Poll::Ready(Some(Err(e))) => Poll::Ready(Err(format!("response body: {e:?}"))),
-                    Poll::Ready(None) => Poll::Ready(Ok(None)),
-                    Poll::Pending => match &exchange.failure {
-                        Some(why) if exchange.call.is_none() => Poll::Ready(Err(why.clone())),
-                        _ => Poll::Pending,
-                    },
-                }
-            }));
-            match next {
-                Ok(Some(data)) => self.pending = data,
-                Ok(None) => {
-                    self.done = true;
-                }
-                Err(why) => {
-                    self.exchange.fail(why.clone());
-                    return Err(io::Error::other(why));
-                }
-            }
         }
     }
 }

@@ -1,0 +1,290 @@
+//! Answers and bodies, for both worlds: the host's own plain answers and
+//! how a guest's failure is told; the request body as a guest reads it
+//! (pumped from the connection by a fiber of its own); and the response
+//! body as the connection reads it — taken whole when the guest has
+//! written it all ([`take_ready`]), else streamed ([`StreamingBody`]).
+//!
+//! A response body is written by a [`Writer`]: for WASI 0.2 the guest call
+//! itself, which the request's fiber drives as it reads (`proxy`); for
+//! WASI 0.3 an instance's event loop on another fiber, which the reader
+//! only waits for, up to the request's deadline (`service`). The two
+//! differ only there; the reading is this module's, once.
+
+use std::io::{self, Read};
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http_body::Frame;
+use http_body_util::{BodyExt, Empty};
+use spindle_http::{Body, Response, StatusCode};
+
+use crate::report::Outcome;
+
+/// How much of a guest's body is taken whole before streaming instead.
+const WHOLE_BODY_LIMIT: usize = 256 * 1024;
+
+/// Request bodies are pumped in pieces of this size.
+const PUMP_CHUNK: usize = 16 * 1024;
+
+/// The host's own answer: `status` with `text` as a plain-text body.
+pub(crate) fn plain(status: StatusCode, text: &str) -> Response<Body> {
+    let mut r = Response::new(Body::from(format!("{text}\n")));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain"),
+    );
+    r
+}
+
+/// How a failed guest call ended, for the observer: `memory_hit` when the
+/// store's limiter refused the guest memory during the call.
+pub(crate) fn classify(e: &wasmtime::Error, memory_hit: bool) -> Outcome {
+    match e.downcast_ref::<wasmtime::Trap>() {
+        Some(wasmtime::Trap::OutOfFuel) => Outcome::FuelExhausted,
+        _ if memory_hit => Outcome::MemoryLimit,
+        Some(_) => Outcome::Trap,
+        None => Outcome::Failed,
+    }
+}
+
+/// One log line for a failed guest call: the trap, or the root cause.
+pub(crate) fn describe(e: &wasmtime::Error) -> String {
+    match e.downcast_ref::<wasmtime::Trap>() {
+        Some(trap) => format!("guest trapped: {trap}"),
+        None => format!("guest failed: {}", e.root_cause()),
+    }
+}
+
+/// The request body as the guest sees it: nothing, or a channel that a
+/// pump fiber fills from the connection.
+pub(crate) fn request_body(body: Body) -> wasmtime_wasi_http::p2::body::HyperIncomingBody {
+    if body.is_end() {
+        // Nothing to pump (a GET): no fiber for it.
+        return Empty::<Bytes>::new()
+            .map_err(|never| match never {})
+            .boxed_unsync();
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, String>>(4);
+    let spawned = spindle::Builder::new()
+        .name("wasm-body-pump")
+        .spawn(move || pump(body, tx));
+    if spawned.is_err() {
+        let (tx, rx2) = tokio::sync::mpsc::channel(1);
+        let _ = tx.try_send(Err("no fiber to read the request body".to_string()));
+        return PumpedBody { rx: rx2 }.boxed_unsync();
+    }
+    PumpedBody { rx }.boxed_unsync()
+}
+
+/// On its own fiber: reads the request body from the connection, blocking
+/// style, into the channel the guest reads (parking while it is full).
+fn pump(mut body: Body, tx: tokio::sync::mpsc::Sender<Result<Bytes, String>>) {
+    loop {
+        let mut buf = BytesMut::zeroed(PUMP_CHUNK);
+        let item = match body.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => {
+                buf.truncate(n);
+                Ok(buf.freeze())
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        let failed = item.is_err();
+        if spindle::block_on(tx.send(item)).is_err() || failed {
+            return; // the guest is gone, or the body is broken
+        }
+    }
+}
+
+struct PumpedBody {
+    rx: tokio::sync::mpsc::Receiver<Result<Bytes, String>>,
+}
+
+impl http_body::Body for PumpedBody {
+    type Data = Bytes;
+    type Error = wasmtime_wasi_http::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        self.rx.poll_recv(cx).map(|item| {
+            item.map(|r| {
+                r.map(Frame::data).map_err(|e| {
+                    wasmtime_wasi_http::Error::InternalError(Some(format!("request body: {e}")))
+                })
+            })
+        })
+    }
+}
+
+/// Whatever writes a guest's response body, as its reader sees it.
+pub(crate) trait Writer {
+    /// Whether [`drive`](Writer::drive) runs guest code. Such a poll is
+    /// made inside `spindle::block_on`, so that a host import waiting
+    /// under it polls in place instead of switching fibers with wasm
+    /// frames on the stack; otherwise a plain context does.
+    const DRIVES_GUEST: bool;
+
+    /// Runs the writer a step before the body is polled.
+    fn drive(&mut self, cx: &mut Context<'_>);
+
+    /// The body has nothing now: `Ready(why)` if nothing more will come
+    /// (the call failed, the deadline passed), else `Pending` with `cx`
+    /// woken when that may change.
+    fn poll_stalled(&mut self, cx: &mut Context<'_>) -> Poll<String>;
+
+    /// Reading the body failed with `why` (logged, or the call ended).
+    fn failed(&mut self, why: &str);
+}
+
+/// The body's next piece: `Ok(None)` at its end; trailers carry no data,
+/// an empty piece.
+fn poll_piece<B, W>(
+    body: &mut B,
+    writer: &mut W,
+    cx: &mut Context<'_>,
+) -> Poll<Result<Option<Bytes>, String>>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Debug,
+    W: Writer,
+{
+    writer.drive(cx);
+    match Pin::new(body).poll_frame(cx) {
+        Poll::Ready(Some(Ok(frame))) => {
+            Poll::Ready(Ok(Some(frame.into_data().unwrap_or_default())))
+        }
+        Poll::Ready(Some(Err(e))) => Poll::Ready(Err(format!("response body: {e:?}"))),
+        Poll::Ready(None) => Poll::Ready(Ok(None)),
+        Poll::Pending => writer.poll_stalled(cx).map(Err),
+    }
+}
+
+/// The frames the guest has written already, without waiting for more:
+/// `Ok(true)` if that was the whole body.
+///
+/// Up to `yields` times, a body that has nothing yet gets a
+/// `spindle::yield_now` before it is looked at again: a WASI 0.3 guest
+/// usually returns its response first and writes the body from a task of
+/// its own a turn or two later in its instance's loop (which most often
+/// runs on this worker), and a small body that makes it in time still
+/// goes out with a `Content-Length`, in one write with the head.
+///
+/// The frames are kept as they came while there is one: the usual small
+/// body is a single frame, handed on without a copy (and without an
+/// allocation growing under this, a frame deeper on the request fiber's
+/// stack); a second frame starts a copy.
+#[inline(never)]
+pub(crate) fn take_ready<B, W>(
+    body: &mut B,
+    writer: &mut W,
+    yields: u32,
+) -> (Bytes, Result<bool, String>)
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Debug,
+    W: Writer,
+{
+    let mut first = Bytes::new();
+    let mut more: Option<BytesMut> = None;
+    let mut yielded = 0;
+    loop {
+        // Frames until the body has nothing now: Some(whole?) to stop.
+        let mut sweep = |cx: &mut Context<'_>| -> Option<Result<bool, String>> {
+            loop {
+                writer.drive(cx);
+                match Pin::new(&mut *body).poll_frame(cx) {
+                    Poll::Ready(Some(Ok(frame))) => {
+                        let Ok(data) = frame.into_data() else {
+                            continue; // trailers carry no data
+                        };
+                        let len = if first.is_empty() && more.is_none() {
+                            first = data;
+                            first.len()
+                        } else {
+                            let copy = more.get_or_insert_with(|| BytesMut::from(&first[..]));
+                            copy.extend_from_slice(&data);
+                            copy.len()
+                        };
+                        if len > WHOLE_BODY_LIMIT {
+                            return Some(Ok(false));
+                        }
+                    }
+                    Poll::Ready(Some(Err(e))) => return Some(Err(format!("response body: {e:?}"))),
+                    Poll::Ready(None) => return Some(Ok(true)),
+                    Poll::Pending => return None,
+                }
+            }
+        };
+        let stop = if W::DRIVES_GUEST {
+            spindle::block_on(std::future::poll_fn(|cx| Poll::Ready(sweep(cx))))
+        } else {
+            sweep(&mut Context::from_waker(Waker::noop()))
+        };
+        let result = match stop {
+            Some(result) => result,
+            None if yielded < yields => {
+                yielded += 1;
+                spindle::yield_now();
+                continue;
+            }
+            None => Ok(false),
+        };
+        return (more.map_or(first, BytesMut::freeze), result);
+    }
+}
+
+/// A response body the guest is still writing: each read waits for its
+/// writer's next piece (driving it, for WASI 0.2).
+pub(crate) struct StreamingBody<B, W> {
+    body: B,
+    writer: W,
+    pending: Bytes,
+    done: bool,
+}
+
+impl<B, W> StreamingBody<B, W> {
+    /// The rest of `body`, after `taken` (what [`take_ready`] took).
+    pub(crate) fn new(body: B, writer: W, taken: Bytes) -> StreamingBody<B, W> {
+        StreamingBody {
+            body,
+            writer,
+            pending: taken,
+            done: false,
+        }
+    }
+}
+
+impl<B, W> Read for StreamingBody<B, W>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Debug,
+    W: Writer,
+{
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if !self.pending.is_empty() {
+                let n = self.pending.len().min(buf.len());
+                buf[..n].copy_from_slice(&self.pending[..n]);
+                self.pending.advance(n);
+                return Ok(n);
+            }
+            if self.done {
+                return Ok(0);
+            }
+            let (body, writer) = (&mut self.body, &mut self.writer);
+            let next = spindle::block_on(std::future::poll_fn(|cx| poll_piece(body, writer, cx)));
+            match next {
+                Ok(Some(data)) => self.pending = data,
+                Ok(None) => self.done = true,
+                Err(why) => {
+                    self.writer.failed(&why);
+                    return Err(io::Error::other(why));
+                }
+            }
+        }
+    }
+}

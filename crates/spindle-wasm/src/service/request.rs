@@ -1,0 +1,350 @@
+//! The request fiber's side of a WASI 0.3 request: its URI made absolute,
+//! admission, the [`Job`] handed to the pool (starting an instance when
+//! the pool says so), the wait for the answer with the request's own
+//! deadline, and the response — its body taken whole or streamed (see
+//! `answer`). Every step is out of line and kept shallow: the fiber parks
+//! under them, and every stack page it touched stays resident while it
+//! waits.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::channel::oneshot;
+use spindle_http::{Body, Request, Response, StatusCode};
+use wasmtime_wasi_http::WasiBody;
+
+use super::instance::start;
+use super::{Job, Reply, ServiceHost};
+use crate::answer::{classify, describe, plain, take_ready, StreamingBody, Writer};
+use crate::guest::{Admission, HostInner};
+use crate::report::{Outcome, RequestReport};
+
+/// Serves one request on an instance fiber (see the module docs). In three
+/// steps, each out of line: the request fiber parks in the middle one, and
+/// every stack page a fiber touches stays resident while it waits, so the
+/// frames it parks under are kept small (10 000 parked requests are
+/// 10 000 such stacks).
+#[inline] // one frame less under the wait, and one copy of the request
+pub(crate) fn handle(service: &Arc<ServiceHost>, mut req: Request<Body>) -> Response<Body> {
+    let host = &service.host;
+    // WASI 0.3 takes the scheme and authority from the URI alone.
+    if !make_absolute(&mut req) {
+        return *refuse(host, &req, Duration::ZERO, Outcome::BadRequest);
+    }
+    let (pending, answer) = match submit(service, req) {
+        Ok(submitted) => submitted,
+        Err(refused) => return *refused,
+    };
+    let answer = wait(answer, pending.deadline);
+    finish(host, pending, answer)
+}
+
+/// A request handed to the pool, as its fiber remembers it while it waits.
+struct Pending {
+    admission: Admission,
+    tag: String,
+    queue_wait: Duration,
+    started: Instant,
+    deadline: Instant,
+    fresh_instance: Arc<AtomicBool>,
+}
+
+impl Pending {
+    /// Reports the request's outcome with its time split into instantiation
+    /// (if its instance was made for it) and handling.
+    fn timing(&self, host: &HostInner, outcome: Outcome) {
+        let head = self.started.elapsed();
+        let instantiate = if self.fresh_instance.load(Ordering::Relaxed) {
+            head
+        } else {
+            Duration::ZERO
+        };
+        report(
+            host,
+            self.queue_wait,
+            outcome,
+            instantiate,
+            head - instantiate,
+        );
+    }
+}
+
+fn report(
+    host: &HostInner,
+    queue_wait: Duration,
+    outcome: Outcome,
+    instantiate: Duration,
+    handle: Duration,
+) {
+    if let Some(observer) = &host.config.observer.0 {
+        observer.request(&RequestReport {
+            outcome,
+            queue_wait,
+            instantiate,
+            handle,
+        });
+    }
+}
+
+/// Admits the request (its URI made absolute) and hands it to the pool;
+/// `Err` is the answer when it cannot be (busy).
+#[inline(never)]
+fn submit(
+    service: &Arc<ServiceHost>,
+    req: Request<Body>,
+) -> Result<(Pending, oneshot::Receiver<Reply>), Box<Response<Body>>> {
+    let host = &service.host;
+    let queue_start = Instant::now();
+    let admission = Admission::take(host);
+    let queue_wait = queue_start.elapsed();
+    let id = host.next_id.fetch_add(1, Ordering::Relaxed);
+    let tag = tag(id, &req);
+    let Some(admission) = admission else {
+        return Err(refuse(host, &req, queue_wait, Outcome::Busy));
+    };
+    let started = Instant::now();
+    let deadline = spindle::time::now() + host.config.timeout;
+    let (reply, answer) = oneshot::channel();
+    let fresh_instance = Arc::new(AtomicBool::new(false));
+    let job = Job {
+        request: Box::new(req),
+        reply,
+        deadline,
+        fresh_instance: fresh_instance.clone(),
+    };
+    if let Some(job) = service.pool.submit(job) {
+        start(service, job);
+    }
+    let pending = Pending {
+        admission,
+        tag,
+        queue_wait,
+        started,
+        deadline,
+        fresh_instance,
+    };
+    Ok((pending, answer))
+}
+
+/// How the log names a request: `req 12 GET /path`, put together by hand
+/// (the id by `itoa`) in a string of the right size: `format!`'s machinery,
+/// and a string growing under it, were the deepest frames on the request
+/// fiber's stack.
+#[inline(never)]
+fn tag(id: u64, req: &Request<Body>) -> String {
+    let (method, path) = (req.method().as_str(), req.uri().path());
+    let mut digits = itoa::Buffer::new();
+    let id = digits.format(id);
+    let mut tag = String::with_capacity(4 + id.len() + 2 + method.len() + path.len());
+    tag.push_str("req ");
+    tag.push_str(id);
+    tag.push(' ');
+    tag.push_str(method);
+    tag.push(' ');
+    tag.push_str(path);
+    tag
+}
+
+/// The answer to a request refused before it reached the pool: 503 when
+/// every slot is busy, 400 without a usable authority.
+#[cold]
+#[inline(never)]
+fn refuse(
+    host: &HostInner,
+    req: &Request<Body>,
+    queue_wait: Duration,
+    outcome: Outcome,
+) -> Box<Response<Body>> {
+    report(host, queue_wait, outcome, Duration::ZERO, Duration::ZERO);
+    let tag = tag(host.next_id.fetch_add(1, Ordering::Relaxed), req);
+    let answer = if outcome == Outcome::Busy {
+        tracing::warn!(
+            request = %tag,
+            "503, all {} guest slots busy",
+            host.config.max_concurrent
+        );
+        plain(StatusCode::SERVICE_UNAVAILABLE, "server busy")
+    } else {
+        tracing::warn!(request = %tag, "400, no usable authority");
+        plain(StatusCode::BAD_REQUEST, "bad request")
+    };
+    Box::new(answer)
+}
+
+/// Parks until the instance answers or the deadline passes (`None`).
+#[inline(never)]
+fn wait(
+    answer: oneshot::Receiver<Reply>,
+    deadline: Instant,
+) -> Option<Result<Reply, oneshot::Canceled>> {
+    spindle::block_on(async {
+        let mut answer = answer;
+        let mut expiry = spindle::time::sleep_until_future(deadline);
+        std::future::poll_fn(|cx| {
+            if let Poll::Ready(r) = Pin::new(&mut answer).poll(cx) {
+                return Poll::Ready(Some(r));
+            }
+            Pin::new(&mut expiry).poll(cx).map(|()| None)
+        })
+        .await
+    })
+}
+
+/// Turns the instance's answer into the response (its body streamed on
+/// if the guest is still writing it). Kept shallow: a connection's fiber
+/// keeps every stack page it touched, and this runs just under the wait it
+/// parked in, so its failures, the streamed body and the reading of the
+/// body are out of line.
+#[inline(never)]
+fn finish(
+    host: &HostInner,
+    pending: Pending,
+    answer: Option<Result<Reply, oneshot::Canceled>>,
+) -> Response<Body> {
+    let response = match answer {
+        Some(Ok(Ok(response))) => response,
+        failure => return failed(host, &pending, failure),
+    };
+    pending.timing(host, Outcome::Answered);
+    let (parts, mut body) = response.into_parts();
+    let body = match take_ready(&mut body, &mut NoWriter, TAKE_YIELDS) {
+        (taken, Ok(true)) => Body::from(taken),
+        (taken, Ok(false)) => streamed(body, taken, pending),
+        (_, Err(why)) => {
+            tracing::warn!(request = %pending.tag, "{why}");
+            return plain(StatusCode::INTERNAL_SERVER_ERROR, "guest failed");
+        }
+    };
+    Response::from_parts(parts, body)
+}
+
+/// The 500 for an instance's failure to answer (a trap, its end, the
+/// deadline), logged and reported.
+#[cold]
+#[inline(never)]
+fn failed(
+    host: &HostInner,
+    pending: &Pending,
+    failure: Option<Result<Reply, oneshot::Canceled>>,
+) -> Response<Body> {
+    let (outcome, why) = match failure {
+        Some(Ok(Ok(_))) => unreachable!("an answer is not a failure"),
+        Some(Ok(Err(e))) => (classify(&e, false), describe(&e)),
+        Some(Err(oneshot::Canceled)) => (
+            Outcome::Trap,
+            "the guest's instance ended (trap or fault)".to_string(),
+        ),
+        None => (
+            Outcome::Deadline,
+            "deadline exceeded (--timeout)".to_string(),
+        ),
+    };
+    pending.timing(host, outcome);
+    tracing::warn!(request = %pending.tag, outcome = outcome.as_str(), "{why}");
+    plain(StatusCode::INTERNAL_SERVER_ERROR, "guest failed")
+}
+
+/// The body of an answer the guest is still writing, read on as the
+/// connection sends it.
+#[inline(never)]
+fn streamed(body: WasiBody, taken: Bytes, pending: Pending) -> Body {
+    let writer = InstanceLoop {
+        deadline: pending.deadline,
+        expiry: None,
+        tag: pending.tag.as_str().into(),
+        _admission: pending.admission,
+    };
+    Body::from_reader(StreamingBody::new(body, writer, taken))
+}
+
+/// How often a response body with nothing yet is looked at again after a
+/// `yield_now` before it streams: a guest usually writes its body from a
+/// task of its own a turn or two after its response (see `take_ready`).
+const TAKE_YIELDS: u32 = 8;
+
+/// Taking what is ready drives nothing: the instance's loop writes the
+/// body on its own fiber.
+struct NoWriter;
+
+impl Writer for NoWriter {
+    const DRIVES_GUEST: bool = false;
+
+    fn drive(&mut self, _cx: &mut Context<'_>) {}
+
+    fn poll_stalled(&mut self, _cx: &mut Context<'_>) -> Poll<String> {
+        Poll::Pending
+    }
+
+    fn failed(&mut self, _why: &str) {}
+}
+
+/// The instance's loop writes a streamed body on its own fiber: its reader
+/// waits for it, up to the request's deadline, and keeps the request's
+/// admission slot until the body is done.
+struct InstanceLoop {
+    deadline: Instant,
+    expiry: Option<spindle::time::Sleep>,
+    tag: Arc<str>,
+    _admission: Admission,
+}
+
+impl Writer for InstanceLoop {
+    const DRIVES_GUEST: bool = false;
+
+    fn drive(&mut self, _cx: &mut Context<'_>) {}
+
+    fn poll_stalled(&mut self, cx: &mut Context<'_>) -> Poll<String> {
+        let expiry = self
+            .expiry
+            .get_or_insert_with(|| spindle::time::sleep_until_future(self.deadline));
+        Pin::new(expiry)
+            .poll(cx)
+            .map(|()| "deadline exceeded (--timeout) in the body".to_string())
+    }
+
+    fn failed(&mut self, why: &str) {
+        tracing::warn!(request = %self.tag, "{why}");
+    }
+}
+
+/// Puts the request's URI in absolute form (see [`absolute_uri`]);
+/// `false` if it has no usable authority. Before the request is submitted
+/// rather than inside: parsing the authority allocates, and malloc's
+/// frames on top of `submit`'s were the deepest the request fiber's stack
+/// went.
+#[inline(never)]
+fn make_absolute(req: &mut Request<Body>) -> bool {
+    match absolute_uri(req.uri(), req.headers()) {
+        Some(uri) => {
+            *req.uri_mut() = uri;
+            true
+        }
+        None => false,
+    }
+}
+
+/// The request's URI in absolute form: `http`, and the authority of the
+/// request line or else of `Host` (`localhost` for HTTP/1.0 without one).
+fn absolute_uri(uri: &http::Uri, headers: &http::HeaderMap) -> Option<http::Uri> {
+    let authority = match uri.authority() {
+        Some(a) => a.clone(),
+        None => match headers.get(http::header::HOST) {
+            Some(h) => h.to_str().ok()?.parse().ok()?,
+            None => http::uri::Authority::from_static("localhost"),
+        },
+    };
+    let path = uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
+    let mut parts = http::uri::Parts::default();
+    parts.scheme = Some(uri.scheme().cloned().unwrap_or(http::uri::Scheme::HTTP));
+    parts.authority = Some(authority);
+    parts.path_and_query = Some(path);
+    http::Uri::from_parts(parts).ok()
+}
