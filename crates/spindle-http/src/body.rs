@@ -1,7 +1,8 @@
 //! [`Body`]: request bodies streamed from the connection, response bodies
 //! whole or streamed.
 
-use crate::h1::chunked;
+use crate::h1::decode::{Decoder, Source};
+use crate::h1::framing::BodyFraming;
 use std::io::{self, Read};
 use std::sync::Arc;
 
@@ -141,23 +142,13 @@ macro_rules! from_full {
 }
 from_full!(Vec<u8>, String, &'static str, &'static [u8], Bytes);
 
-/// How a request body is delimited.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Framing {
-    None,
-    Length(u64),
-    Chunked,
-}
-
 /// The body of the request being handled: bytes already read past the
-/// head, then the connection, delimited by its framing.
+/// head, then the connection, read by the decoder both roles share
+/// (`h1::decode`).
 pub(crate) struct Incoming {
     pub(crate) conn: Arc<Stream>,
     pub(crate) buf: ReadBuf,
-    remaining: u64,
-    chunked: Option<chunked::Decoder>,
-    limit: u64,
-    taken: u64,
+    decoder: Decoder,
     /// `Expect: 100-continue`: send the interim response before the first
     /// read of the body.
     pub(crate) continue_pending: bool,
@@ -169,30 +160,24 @@ pub(crate) struct Incoming {
 }
 
 impl Incoming {
+    /// The body of a request framed as `framing` (`Empty`, `Length` or
+    /// `Chunked`), of at most `limit` bytes.
     pub(crate) fn new(
         conn: Arc<Stream>,
         buf: ReadBuf,
-        framing: Framing,
+        framing: BodyFraming,
         limit: u64,
         expect_continue: bool,
         per_read: std::time::Duration,
         deadline: std::time::Instant,
     ) -> Incoming {
-        let (remaining, chunked) = match framing {
-            Framing::None => (0, None),
-            Framing::Length(n) => (n, None),
-            Framing::Chunked => (0, Some(chunked::Decoder::new())),
-        };
         let waiting = buf.is_empty();
         Incoming {
             conn,
             buf,
-            remaining,
-            chunked,
-            limit,
-            taken: 0,
+            decoder: Decoder::new(framing, limit, "body"),
             // A client that sent body bytes already is not waiting for 100.
-            continue_pending: expect_continue && framing != Framing::None && waiting,
+            continue_pending: expect_continue && framing != BodyFraming::Empty && waiting,
             error: None,
             per_read,
             deadline,
@@ -201,10 +186,7 @@ impl Incoming {
 
     /// Whether the body was read to its end.
     pub(crate) fn is_done(&self) -> bool {
-        match &self.chunked {
-            None => self.remaining == 0,
-            Some(decoder) => decoder.is_done(),
-        }
+        self.decoder.is_done()
     }
 
     /// Sends the `100 Continue` a client waiting with `Expect:
@@ -228,6 +210,19 @@ impl Incoming {
             }
         }
     }
+}
+
+/// The request body's bytes come from the connection's buffer, then the
+/// socket, each read bounded by the per-read timeout and the body's
+/// deadline.
+impl Source for Incoming {
+    fn buffered(&self) -> &[u8] {
+        self.buf.bytes()
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.buf.consume(n);
+    }
 
     fn fill(&mut self) -> io::Result<usize> {
         // The first read of the body is what the client waits for a 100 for.
@@ -248,53 +243,21 @@ impl Incoming {
         // Straight into the connection's buffer (a stack array here would
         // stay resident on the reading fiber's stack for its whole life).
         let conn = &self.conn;
-        let n = self.buf.fill_with(|free| (&**conn).read(free))?;
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "connection closed inside a request body",
-            ));
-        }
-        Ok(n)
+        self.buf.fill_with(|free| (&**conn).read(free))
     }
 
-    fn count(&mut self, n: usize) -> io::Result<()> {
-        self.taken += n as u64;
-        if self.taken > self.limit {
-            self.error = Some(io::ErrorKind::FileTooLarge);
-            return Err(io::Error::new(
-                io::ErrorKind::FileTooLarge,
-                "request body larger than the server's limit",
-            ));
-        }
-        Ok(())
+    fn truncated(&self) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "connection closed inside a request body",
+        )
     }
 
-    /// Decodes chunked data into `out` (the decoder is `h1::chunked`'s,
-    /// shared with the client), reading more when it needs more.
-    fn read_chunked(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        loop {
-            let decoder = self.chunked.as_mut().expect("a chunked body");
-            let (used, found) = decoder
-                .decode(self.buf.bytes(), out.len())
-                .map_err(|e| e.into_io("body"))?;
-            match found {
-                chunked::Decoded::Data { start, len } => {
-                    out[..len].copy_from_slice(&self.buf.bytes()[start..start + len]);
-                    self.buf.consume(used);
-                    self.count(len)?;
-                    return Ok(len);
-                }
-                chunked::Decoded::Done => {
-                    self.buf.consume(used);
-                    return Ok(0);
-                }
-                chunked::Decoded::NeedMore => {
-                    self.buf.consume(used);
-                    self.fill()?;
-                }
-            }
-        }
+    fn too_large(&self) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::FileTooLarge,
+            "request body larger than the server's limit",
+        )
     }
 }
 
@@ -303,24 +266,10 @@ impl Read for Incoming {
         if out.is_empty() {
             return Ok(0);
         }
-        let r = if self.chunked.is_some() {
-            self.read_chunked(out)
-        } else {
-            if self.remaining == 0 {
-                return Ok(0);
-            }
-            if self.buf.is_empty() {
-                if let Err(e) = self.fill() {
-                    self.error = Some(e.kind());
-                    return Err(e);
-                }
-            }
-            let n = (self.remaining as usize).min(self.buf.len()).min(out.len());
-            out[..n].copy_from_slice(&self.buf.bytes()[..n]);
-            self.buf.consume(n);
-            self.remaining -= n as u64;
-            self.count(n).map(|_| n)
-        };
+        // The decoder reads from `self`: out for the call, back after it.
+        let mut decoder = std::mem::replace(&mut self.decoder, Decoder::done());
+        let r = decoder.read(self, out);
+        self.decoder = decoder;
         if let Err(e) = &r {
             self.error.get_or_insert(e.kind());
         }

@@ -25,9 +25,10 @@ use std::time::Duration;
 use http::{Method, Request, Response, StatusCode, Version};
 use spindle::net::TcpStream;
 
-use crate::body::{write_chunked, Body, ChunkedError, Framing, Incoming};
+use crate::body::{write_chunked, Body, ChunkedError, Incoming};
 use crate::config::ServerConfig;
 use crate::h1::encode::{self, ResponseFraming};
+use crate::h1::framing::BodyFraming;
 use crate::h1::request::{parse_request, KnownHost, Limits, RequestBody};
 use crate::read_buf::ReadBuf;
 use crate::stream::{Stream, TlsStream};
@@ -505,8 +506,8 @@ fn parse(
             // the buffer (a pipelined request) stays where it is.
             return Ok(Some(Head::Request(parsed.keep_alive, None)));
         }
-        RequestBody::Length(n) => Framing::Length(n),
-        RequestBody::Chunked => Framing::Chunked,
+        RequestBody::Length(n) => BodyFraming::Length(n),
+        RequestBody::Chunked => BodyFraming::Chunked,
     };
     let incoming = body_reader(conn, buf, framing, parsed.expect_continue, config);
     *request.body_mut() = Body::incoming(incoming.clone());
@@ -521,7 +522,7 @@ fn parse(
 fn body_reader(
     conn: &Arc<Stream>,
     buf: &mut ReadBuf,
-    framing: Framing,
+    framing: BodyFraming,
     expect_continue: bool,
     config: &ServerConfig,
 ) -> Arc<spindle::sync::Mutex<Incoming>> {

@@ -169,11 +169,6 @@ impl Decoder {
         Decoder { state: State::Size }
     }
 
-    /// Whether the body ended.
-    pub(crate) fn is_done(&self) -> bool {
-        self.state == State::Done
-    }
-
     /// Bytes of the current chunk not yet decoded (0 between chunks): what
     /// the peer has announced and will still send.
     pub(crate) fn chunk_left(&self) -> u64 {

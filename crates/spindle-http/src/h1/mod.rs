@@ -9,6 +9,8 @@
 //!   does: per-thread blocks, so a head costs no allocation of its own.
 //! * [`encode`]: writing request and response heads and chunk framing,
 //!   with the framing headers always the encoder's own.
+//! * [`decode`]: reading a body by its framing, the one decoder of both
+//!   roles.
 //! * [`chunked`]: the chunked transfer coding — size lines, trailer
 //!   fields, and the one incremental decoder both roles read bodies with
 //!   (RFC 9112 §7.1).
@@ -19,6 +21,7 @@
 //! and the fuzz targets (`fuzz/`) drive these functions directly.
 
 pub(crate) mod chunked;
+pub(crate) mod decode;
 pub(crate) mod encode;
 pub(crate) mod framing;
 pub(crate) mod head_arena;
