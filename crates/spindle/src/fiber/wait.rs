@@ -265,7 +265,7 @@ impl Notify {
     }
 }
 
-/// The payload a cancelled fiber unwinds with (see [`exit_cancelled`]).
+/// The payload a cancelled fiber unwinds with (see `exit_cancelled`).
 /// Catching it (`catch_unwind`) does not un-cancel the fiber: its next wait
 /// fails again.
 #[derive(Debug, Clone, Copy)]

@@ -28,8 +28,9 @@ use std::sync::{Arc, Mutex};
 use super::{TcpListener, TcpStream};
 use crate::fiber::JoinHandle;
 
-/// How a server's connections are spread over the runtime's workers (see
-/// the [module docs](self)).
+/// How a server's connections are spread over the runtime's workers: by
+/// the scheduler from one listener, by the kernel over one `SO_REUSEPORT`
+/// listener per worker, or dealt out in turn from one listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AcceptMode {
     /// One accept loop; connection fibers are placed by the scheduler.
