@@ -339,6 +339,23 @@ mod tests {
         (job, answer)
     }
 
+    /// A pool of `limit` with one instance started for a first job: the
+    /// instance's id, its availability, and the first job's reply end.
+    fn with_one_instance(
+        limit: usize,
+    ) -> (
+        Pool,
+        u64,
+        Cell<bool>,
+        oneshot::Receiver<super::super::Reply>,
+    ) {
+        let pool = Pool::new(limit);
+        let (first, answer) = job(Instant::now());
+        assert!(pool.submit(first).is_some(), "no instance: start one");
+        let id = pool.instance_id();
+        (pool, id, Cell::new(true), answer)
+    }
+
     #[derive(Default)]
     struct CountingWaker(std::sync::atomic::AtomicUsize);
 
@@ -368,12 +385,8 @@ mod tests {
 
     #[test]
     fn past_the_instance_limit_jobs_wait_until_one_ends() {
-        let pool = Pool::new(1);
+        let (pool, id, available, _first) = with_one_instance(1);
         let now = Instant::now();
-        let (a, _ra) = job(now);
-        assert!(pool.submit(a).is_some());
-        let id = pool.instance_id();
-        let available = Cell::new(true);
         // The instance gets busy (computing, or full): not available.
         assert!(pool.set_available(id, &available, false).is_none());
         let (b, _rb) = job(now);
@@ -384,13 +397,8 @@ mod tests {
 
     #[test]
     fn an_instance_that_stops_taking_hands_waiting_jobs_on() {
-        let pool = Pool::new(4);
-        let now = Instant::now();
-        let (a, _ra) = job(now);
-        assert!(pool.submit(a).is_some());
-        let id = pool.instance_id();
-        let available = Cell::new(true);
-        let (b, _rb) = job(now);
+        let (pool, id, available, _first) = with_one_instance(4);
+        let (b, _rb) = job(Instant::now());
         assert!(pool.submit(b).is_none(), "left to the available instance");
         // It turns out busy: someone else must take the job.
         let handed = pool.set_available(id, &available, false);
@@ -402,11 +410,7 @@ mod tests {
 
     #[test]
     fn a_parked_available_instance_is_woken_by_a_job() {
-        let pool = Pool::new(4);
-        let now = Instant::now();
-        let (a, _ra) = job(now);
-        assert!(pool.submit(a).is_some());
-        let id = pool.instance_id();
+        let (pool, id, _available, _first) = with_one_instance(4);
         let mut cx = Context::from_waker(Waker::noop());
         // It has taken its first job (handed to it at start) and waits.
         assert!(pool.poll_job(id, &mut cx).is_pending());
@@ -415,7 +419,7 @@ mod tests {
         assert!(pool
             .poll_job(id, &mut Context::from_waker(&waker))
             .is_pending());
-        let (b, _rb) = job(now);
+        let (b, _rb) = job(Instant::now());
         assert!(pool.submit(b).is_none());
         assert_eq!(woken.0.load(Ordering::Relaxed), 1, "the parked instance");
         assert!(pool.poll_job(id, &mut cx).is_ready());
@@ -423,14 +427,9 @@ mod tests {
 
     #[test]
     fn jobs_whose_request_gave_up_are_skipped() {
-        let pool = Pool::new(1);
-        let now = Instant::now();
-        let (a, _ra) = job(now);
-        assert!(pool.submit(a).is_some());
-        let id = pool.instance_id();
-        let available = Cell::new(true);
+        let (pool, id, available, _first) = with_one_instance(1);
         assert!(pool.set_available(id, &available, false).is_none());
-        let (b, rb) = job(now);
+        let (b, rb) = job(Instant::now());
         assert!(pool.submit(b).is_none());
         drop(rb); // its request fiber answered its own deadline
         assert!(
