@@ -22,7 +22,17 @@ COPY --from=build /out/spindle /usr/local/bin/spindle
 COPY deploy/app/spindle.toml /app/spindle.toml
 COPY guests/wasm/hello.wasm /app/hello.wasm
 USER 10001
-# Compiled components are cached here (a writable directory).
-ENV XDG_CACHE_HOME=/tmp/spindle-cache
+# What `spindle serve` serves and where, as environment variables so that a
+# command line (`docker run spindle serve other.wasm`, a Kubernetes
+# `args:`) replaces only what it names. Compiled components are cached in
+# /tmp (writable even on a read-only root filesystem; `off` compiles at
+# every start).
+ENV SPINDLE_LISTEN=0.0.0.0:8080 \
+    SPINDLE_ADMIN=0.0.0.0:9090 \
+    SPINDLE_APP=/app/spindle.toml \
+    SPINDLE_CACHE_DIR=/tmp/spindle-cache
 EXPOSE 8080 9090
-ENTRYPOINT ["spindle", "serve", "--listen", "0.0.0.0:8080", "--admin", "0.0.0.0:9090", "--app", "/app/spindle.toml"]
+# `docker run spindle` serves; `docker run spindle run cmd.wasm` runs a
+# command. Kubernetes `args:` replace CMD, `command:` replaces ENTRYPOINT.
+ENTRYPOINT ["spindle"]
+CMD ["serve"]

@@ -13,8 +13,8 @@ use spindle_wasm::HostConfig;
 /// manifest, which may override them).
 #[derive(Args, Clone)]
 pub(crate) struct LimitArgs {
-    /// Guest requests running at once; past it requests queue (up to N
-    /// more, 5 s) and then get 503
+    /// Guest requests running at once; past it requests wait in the queue
+    /// (--max-queue, --queue-timeout), and past that get 503
     #[arg(
         long,
         value_name = "N",
@@ -22,15 +22,27 @@ pub(crate) struct LimitArgs {
         env = "SPINDLE_MAX_CONCURRENT"
     )]
     pub(crate) max_concurrent: usize,
+    /// Requests that wait for a guest slot when all are busy; more get 503
+    /// at once (0: no queue)
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1000,
+        env = "SPINDLE_MAX_QUEUE"
+    )]
+    pub(crate) max_queue: usize,
+    /// Seconds a queued request waits for a slot before its 503
+    #[arg(long, value_name = "SECS", default_value = "5", value_parser = seconds_or_zero, env = "SPINDLE_QUEUE_TIMEOUT")]
+    pub(crate) queue_timeout: Duration,
     /// The guest yields its worker every N fuel units
     #[arg(long, value_name = "N", default_value = "1000000", value_parser = number, env = "SPINDLE_FUEL_YIELD")]
     pub(crate) fuel_yield: u64,
     /// Fuel budget of one request; past it, 500
     #[arg(long, value_name = "N", default_value = "1000000000", value_parser = number, env = "SPINDLE_FUEL_LIMIT")]
     pub(crate) fuel_limit: u64,
-    /// Linear memory per instance (suffix K, M or G: KiB, MiB, GiB);
-    /// growing past it is a 500
-    #[arg(long, value_name = "BYTES", default_value = "128M", value_parser = bytes, env = "SPINDLE_MEMORY_LIMIT")]
+    /// Linear memory per instance, 64K to 4G (suffix K, M or G: KiB, MiB,
+    /// GiB); growing past it is a 500
+    #[arg(long, value_name = "BYTES", default_value = "128M", value_parser = memory_bytes, env = "SPINDLE_MEMORY_LIMIT")]
     pub(crate) memory_limit: usize,
     /// Wall-clock deadline of one request in seconds; past it, 500
     #[arg(long, value_name = "SECS", default_value = "30", value_parser = seconds, env = "SPINDLE_TIMEOUT")]
@@ -50,9 +62,15 @@ pub(crate) struct LimitArgs {
     pub(crate) idle_instance_timeout: Duration,
 }
 
-/// What guests may reach and see.
+/// What guests may reach and see, and where their compiled code is kept.
 #[derive(Args, Clone)]
 pub(crate) struct GuestArgs {
+    /// Where compiled components are cached, or `off` to compile at every
+    /// start. A directory that cannot be created is warned about and the
+    /// cache left off [default: $XDG_CACHE_HOME/spindle, else
+    /// $HOME/.cache/spindle]
+    #[arg(long, value_name = "DIR|off", value_parser = cache_dir, env = "SPINDLE_CACHE_DIR")]
+    pub(crate) cache_dir: Option<CacheDir>,
     /// Hosts guests may reach over wasi:http, comma-separated host[:port];
     /// '*' allows any host. May repeat. [default: none]
     #[arg(long, value_name = "LIST", env = "SPINDLE_ALLOW_OUTBOUND")]
@@ -64,8 +82,10 @@ pub(crate) struct GuestArgs {
 
 #[derive(Args)]
 pub(crate) struct ServeArgs {
-    /// The component to serve [default: the built-in hello]
-    #[arg(value_name = "APP.wasm", conflicts_with = "app")]
+    /// The component to serve [default: the built-in hello]. Given with
+    /// --app on the command line it is an error; over SPINDLE_APP from the
+    /// environment it wins
+    #[arg(value_name = "APP.wasm")]
     pub(crate) wasm: Option<PathBuf>,
     /// An app manifest (TOML): several components, each on its routes
     /// with its own limits (see the README)
@@ -79,7 +99,7 @@ pub(crate) struct ServeArgs {
         env = "SPINDLE_LISTEN"
     )]
     pub(crate) listen: String,
-    /// Worker threads [default: number of CPUs]
+    /// Worker threads, at most 4 per CPU [default: number of CPUs]
     #[arg(long, value_name = "N", env = "SPINDLE_WORKERS")]
     pub(crate) workers: Option<usize>,
     /// Serve HTTPS with this certificate chain (PEM); needs --tls-key
@@ -122,16 +142,16 @@ pub(crate) struct ServeArgs {
 pub(crate) struct RunArgs {
     #[command(flatten)]
     pub(crate) guest: GuestArgs,
-    /// The command component
-    #[arg(value_name = "APP.wasm")]
-    pub(crate) wasm: PathBuf,
-    /// Arguments for the guest
+    /// The command component, then the guest's arguments: everything
+    /// after APP.wasm goes to the guest, flags included
     #[arg(
-        value_name = "ARGS",
+        value_name = "APP.wasm [ARGS]",
+        required = true,
+        num_args = 1..,
         trailing_var_arg = true,
         allow_hyphen_values = true
     )]
-    pub(crate) args: Vec<String>,
+    pub(crate) command: Vec<String>,
 }
 
 impl LimitArgs {
@@ -139,6 +159,7 @@ impl LimitArgs {
     pub(crate) fn apply(&self, config: HostConfig) -> HostConfig {
         let config = config
             .max_concurrent(self.max_concurrent)
+            .queue(self.max_queue, self.queue_timeout)
             .fuel_yield_interval(self.fuel_yield)
             .fuel_limit(self.fuel_limit)
             .memory_limit(self.memory_limit)
@@ -155,6 +176,11 @@ impl LimitArgs {
 impl GuestArgs {
     /// These grants on top of `config`.
     pub(crate) fn apply(&self, mut config: HostConfig) -> Result<HostConfig, String> {
+        match &self.cache_dir {
+            None => {}
+            Some(CacheDir::Off) => config = config.cache_dir(None),
+            Some(CacheDir::At(dir)) => config = config.cache_dir(Some(dir.clone())),
+        }
         for list in &self.allow_outbound {
             config = config.allow_outbound(list)?;
         }
@@ -183,6 +209,38 @@ pub(crate) fn bytes(v: &str) -> Result<usize, String> {
     n.checked_shl(shift)
         .filter(|b| b >> shift == n)
         .ok_or_else(|| format!("{v:?} is too large"))
+}
+
+/// The most linear memory a guest may be given: what a 32-bit WebAssembly
+/// memory addresses (and what the engine reserves per memory).
+pub(crate) const MAX_MEMORY: usize = 4 << 30;
+
+/// A memory limit: a size from one WebAssembly page (64 KiB) to
+/// [`MAX_MEMORY`].
+pub(crate) fn memory_bytes(v: &str) -> Result<usize, String> {
+    let n = bytes(v)?;
+    if !(64 << 10..=MAX_MEMORY).contains(&n) {
+        return Err(format!(
+            "{v:?} is outside the memory a guest may have: 64K to 4G"
+        ));
+    }
+    Ok(n)
+}
+
+/// Where compiled code is cached: a directory, or `off`.
+pub(crate) fn cache_dir(v: &str) -> Result<CacheDir, String> {
+    match v {
+        "" => Err("an empty cache directory: give a path, or `off`".to_string()),
+        "off" | "none" => Ok(CacheDir::Off),
+        path => Ok(CacheDir::At(PathBuf::from(path))),
+    }
+}
+
+/// The `--cache-dir` setting.
+#[derive(Clone, Debug)]
+pub(crate) enum CacheDir {
+    Off,
+    At(PathBuf),
 }
 
 /// Seconds, at least 1 ms.

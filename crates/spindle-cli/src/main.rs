@@ -16,7 +16,8 @@ mod serve;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use spindle_wasm::HostConfig;
 
 use crate::args::{RunArgs, ServeArgs};
@@ -41,7 +42,7 @@ const EXIT_TRAP: u8 = 134;
         run: runs a wasi:cli/run command component with the same host (stdio, environment, \
         outgoing HTTP through the allow-list) and exits with its status (134 if it traps, 2 \
         for a usage or startup error). Options come before APP; everything after APP goes to \
-        the guest."
+        the guest, flags included."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -124,10 +125,26 @@ fn main() -> ExitCode {
         let _ = writeln!(std::io::stderr().lock(), "spindle: {e}");
         return ExitCode::from(2);
     }
-    let cli = Cli::parse(); // a bad flag: a clear message and status 2
+    // A bad flag: a clear message and status 2.
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let _log = init_logging(cli.log_format);
     let result = match cli.command {
-        Command::Serve(args) => serve::serve(*args),
+        Command::Serve(mut args) => {
+            // APP.wasm on the command line wins over SPINDLE_APP from the
+            // environment (the container image sets it); with --app given
+            // on the command line too, the two conflict.
+            let serve = matches.subcommand_matches("serve");
+            let app_from = serve.and_then(|m| m.value_source("app"));
+            if args.wasm.is_some() && args.app.is_some() {
+                if app_from == Some(ValueSource::EnvVariable) {
+                    args.app = None;
+                } else {
+                    return usage_error("APP.wasm and --app cannot be used together");
+                }
+            }
+            serve::serve(*args)
+        }
         Command::Run(args) => run(args),
     };
     match result {
@@ -142,11 +159,18 @@ fn main() -> ExitCode {
     }
 }
 
+/// A usage error found after parsing, said as clap says its own (status 2).
+fn usage_error(msg: &str) -> ExitCode {
+    Cli::command()
+        .error(clap::error::ErrorKind::ArgumentConflict, msg)
+        .exit()
+}
+
 fn run(args: RunArgs) -> Result<ExitCode, String> {
-    let app = args.wasm.display().to_string();
-    let wasm = std::fs::read(&args.wasm).map_err(|e| format!("{app}: {e}"))?;
-    let mut guest_args = vec![app.clone()];
-    guest_args.extend(args.args);
+    // `command` is APP.wasm and then the guest's own arguments.
+    let app = args.command[0].clone();
+    let wasm = std::fs::read(&app).map_err(|e| format!("{app}: {e}"))?;
+    let guest_args = args.command;
     let config = args.guest.apply(HostConfig::default())?;
     match spindle::run(move || spindle_wasm::run_command(&wasm, &guest_args, config)) {
         Ok(status) => Ok(ExitCode::from(status.clamp(0, 255) as u8)),

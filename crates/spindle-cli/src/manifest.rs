@@ -8,6 +8,8 @@
 //! path = "api.wasm"              # relative to the manifest's directory
 //! routes = ["/api/..."]          # a prefix route: /api and /api/anything
 //! max_concurrent = 200
+//! max_queue = 50                 # then 503 at once
+//! queue_timeout = 2              # seconds a queued request waits
 //! timeout = 5                    # seconds
 //! memory_limit = "64M"
 //! allow_outbound = ["example.com:443"]
@@ -43,10 +45,12 @@ pub struct Manifest {
 pub struct ComponentSpec {
     pub name: String,
     /// The component file (relative paths are resolved against the
-    /// manifest's directory by `Manifest::load`).
-    pub path: PathBuf,
+    /// manifest's directory by `Manifest::load`), with where it is written.
+    pub path: Spanned<PathBuf>,
     pub routes: Vec<Spanned<String>>,
     pub max_concurrent: Option<usize>,
+    pub max_queue: Option<usize>,
+    pub queue_timeout: Option<f64>,
     pub fuel_limit: Option<u64>,
     pub fuel_yield: Option<u64>,
     pub memory_limit: Option<String>,
@@ -142,6 +146,11 @@ impl Router {
     }
 }
 
+/// The line (from 1) of byte `offset` of `text`.
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].lines().count().max(1)
+}
+
 impl Manifest {
     /// Reads and validates `path`: every error names the file and, where
     /// it can, the line.
@@ -150,8 +159,21 @@ impl Manifest {
         let mut m = Manifest::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         let base = path.parent().unwrap_or(Path::new("."));
         for c in &mut m.components {
-            if c.path.is_relative() {
-                c.path = base.join(&c.path);
+            let span = c.path.span();
+            let file = c.path.get_mut();
+            if file.is_relative() {
+                *file = base.join(&*file);
+            }
+            // A component that is not there is the manifest's mistake:
+            // named with its line, as the manifest's other errors are.
+            if let Err(e) = std::fs::metadata(&*file) {
+                return Err(format!(
+                    "{}: line {}: component {:?}: {}: {e}",
+                    path.display(),
+                    line_of(&text, span.start),
+                    c.name,
+                    file.display()
+                ));
             }
         }
         Ok(m)
@@ -160,7 +182,7 @@ impl Manifest {
     /// Parses manifest text (paths left as written).
     pub fn parse(text: &str) -> Result<Manifest, String> {
         let file: File = toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())?;
-        let line_of = |offset: usize| text[..offset.min(text.len())].lines().count().max(1);
+        let line_of = |offset: usize| line_of(text, offset);
         if file.component.is_empty() {
             return Err("no [[component]]".into());
         }

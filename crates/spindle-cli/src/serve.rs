@@ -7,6 +7,9 @@
 //!            --drain-timeout ─→ exit 0
 //! ```
 //!
+//! A second SIGTERM or Ctrl-C exits at once (status 1). SIGQUIT prints the
+//! runtime's fiber dump to stderr and serving goes on.
+//!
 //! The admin listener keeps answering through the whole sequence, so a
 //! load balancer sees readiness fail before any connection closes.
 
@@ -22,7 +25,7 @@ use spindle_http::http::{Method, Uri};
 use spindle_http::{Body, Request, Response, StatusCode};
 use spindle_wasm::{Host, HostConfig};
 
-use crate::args::{bytes, seconds, seconds_or_zero, ServeArgs};
+use crate::args::{memory_bytes, seconds, seconds_or_zero, ServeArgs};
 use crate::manifest::{Manifest, Route, Router};
 use crate::metrics::{Metrics, RouteMetrics};
 
@@ -49,14 +52,18 @@ impl App {
                 let mut specs = Vec::new();
                 for c in m.components {
                     let config = component_config(base.clone(), &c)?;
-                    specs.push((c.name, Some(c.path), config));
+                    specs.push((c.name, Some(c.path.into_inner()), config));
                 }
                 (specs, router)
             }
             None => {
                 let router = Router::new(vec![(Route::Prefix(String::new()), 0)]);
+                // The name in metrics and logs: the file's stem, as a
+                // manifest's component would be named (not a path).
                 let name = match &args.wasm {
-                    Some(p) => p.display().to_string(),
+                    Some(p) => p
+                        .file_stem()
+                        .map_or_else(|| p.display().to_string(), |s| s.to_string_lossy().into()),
                     None => "built-in hello".to_string(),
                 };
                 (vec![(name, args.wasm.clone(), base)], router)
@@ -198,6 +205,12 @@ fn component_config(
     if let Some(n) = c.max_concurrent {
         config = config.max_concurrent(n);
     }
+    if let Some(n) = c.max_queue {
+        config = config.max_queued(n);
+    }
+    if let Some(t) = c.queue_timeout {
+        config = config.queue_timeout(seconds_or_zero(&t.to_string()).map_err(what)?);
+    }
     if let Some(n) = c.fuel_limit {
         config = config.fuel_limit(n);
     }
@@ -205,7 +218,7 @@ fn component_config(
         config = config.fuel_yield_interval(n);
     }
     if let Some(m) = &c.memory_limit {
-        config = config.memory_limit(bytes(m).map_err(what)?);
+        config = config.memory_limit(memory_bytes(m).map_err(what)?);
     }
     if let Some(t) = c.timeout {
         config = config.timeout(seconds(&t.to_string()).map_err(what)?);
@@ -263,6 +276,23 @@ fn admin(
     }
 }
 
+/// Workers past this many per CPU only add threads that wait for a turn
+/// (and memory for their stacks and queues): most likely a typo.
+const MAX_WORKERS_PER_CPU: usize = 4;
+
+/// `--workers n`, refused past [`MAX_WORKERS_PER_CPU`] per CPU this process
+/// may use (its affinity and cgroup quota, as `available_parallelism`).
+fn checked_workers(n: usize) -> Result<usize, String> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let max = cpus * MAX_WORKERS_PER_CPU;
+    if n > max {
+        return Err(format!(
+            "--workers {n}: at most {max} ({MAX_WORKERS_PER_CPU} per CPU; this process may use {cpus})"
+        ));
+    }
+    Ok(n.max(1))
+}
+
 pub fn serve(args: ServeArgs) -> Result<ExitCode, String> {
     let app = Arc::new(App::load(&args)?);
     let tls = match (&args.tls_cert, &args.tls_key) {
@@ -272,9 +302,11 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode, String> {
         ),
         _ => None,
     };
-    let mut builder = spindle::Runtime::builder();
+    // SIGQUIT prints the fiber dump (every fiber, what it waits for)
+    // instead of a core dump.
+    let mut builder = spindle::Runtime::builder().dump_on_sigquit(true);
     if let Some(n) = args.workers {
-        builder = builder.workers(n.max(1));
+        builder = builder.workers(checked_workers(n)?);
     }
     let rt = builder.build().map_err(|e| format!("runtime: {e}"))?;
     let (listen, reuse_port) = (args.listen.clone(), args.reuse_port);
@@ -350,6 +382,18 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode, String> {
     let draining_flag = draining.clone();
     std::thread::spawn(move || {
         if signals.forever().next().is_some() {
+            // A second signal during the delay or the drain: the operator
+            // wants out now (as most servers do), requests in flight or not.
+            std::thread::spawn(move || {
+                if signals.forever().next().is_some() {
+                    use std::io::Write as _;
+                    let _ = writeln!(
+                        std::io::stderr().lock(),
+                        "spindle: a second signal: exiting without finishing the drain"
+                    );
+                    std::process::exit(1);
+                }
+            });
             ready.store(false, Ordering::SeqCst);
             draining_flag.store(true, Ordering::SeqCst);
             if !delay.is_zero() {

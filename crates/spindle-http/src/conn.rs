@@ -29,7 +29,7 @@ use crate::body::{write_chunked, Body, ChunkedError, Incoming};
 use crate::config::ServerConfig;
 use crate::h1::encode::{self, ResponseFraming};
 use crate::h1::framing::BodyFraming;
-use crate::h1::request::{parse_request, KnownHost, Limits, RequestBody};
+use crate::h1::request::{self, parse_request, KnownHost, Limits, RequestBody};
 use crate::read_buf::ReadBuf;
 use crate::stream::{Stream, TlsStream};
 
@@ -266,7 +266,7 @@ impl Conn {
                     Err(status) => return Head::Error(status),
                 }
                 if buf.len() > config.max_head_bytes {
-                    return Head::Error(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+                    return Head::Error(request::too_large(buf.bytes(), config.max_head_bytes));
                 }
             }
             let timeout = if *phase == Phase::Head {

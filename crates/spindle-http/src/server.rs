@@ -17,7 +17,8 @@
 //! # Bad input
 //!
 //! A malformed request line or header is a 400, a head past the limit a
-//! 431, a body past it a 413, an HTTP version other than 1.0/1.1 a 505, and
+//! 431 (a 414 when the request line alone is that long), a body past it a
+//! 413, an HTTP version other than 1.0/1.1 a 505, and
 //! a request with both `Content-Length` and `Transfer-Encoding`, several
 //! differing `Content-Length`s, or a transfer coding other than `chunked`
 //! a 400 (no request smuggling). The connection is closed after an error

@@ -291,6 +291,7 @@ fn malformed_and_smuggling_requests_get_the_right_status_while_others_are_served
         "GET / HTTP/1.1\r\nHost: a\r\nX-Big: {}\r\n\r\n",
         "a".repeat(70 << 10)
     );
+    let long_uri = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(70 << 10));
     let many_headers: String = (0..150).map(|i| format!("X-H{i}: v\r\n")).collect();
     let many = format!("GET / HTTP/1.1\r\nHost: a\r\n{many_headers}\r\n");
     let corpus: Vec<(&str, Vec<u8>, u16)> = vec![
@@ -306,6 +307,7 @@ fn malformed_and_smuggling_requests_get_the_right_status_while_others_are_served
         ("te chunked twice", b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n".to_vec(), 400),
         ("bad chunk size", b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n".to_vec(), 400),
         ("huge head", big_header.into_bytes(), 431),
+        ("uri too long", long_uri.into_bytes(), 414),
         ("too many headers", many.into_bytes(), 431),
         ("body too large", b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999\r\n\r\n".to_vec(), 413),
         // RFC 9112 §3.2: which host a request is for is never a guess.

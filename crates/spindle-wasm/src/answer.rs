@@ -38,6 +38,22 @@ pub(crate) fn plain(status: StatusCode, text: &str) -> Response<Body> {
     r
 }
 
+/// The answer to a request whose guest failed, by how it failed: 504 past
+/// the deadline, 500 otherwise, with a body that says which (the log line
+/// says more).
+pub(crate) fn failure(outcome: Outcome) -> Response<Body> {
+    match outcome {
+        Outcome::Deadline => plain(StatusCode::GATEWAY_TIMEOUT, "guest deadline exceeded"),
+        Outcome::FuelExhausted => plain(StatusCode::INTERNAL_SERVER_ERROR, "guest ran out of fuel"),
+        Outcome::MemoryLimit => plain(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "guest exceeded its memory limit",
+        ),
+        Outcome::Trap => plain(StatusCode::INTERNAL_SERVER_ERROR, "guest trapped"),
+        _ => plain(StatusCode::INTERNAL_SERVER_ERROR, "guest failed"),
+    }
+}
+
 /// How a failed guest call ended, for the observer: `memory_hit` when the
 /// store's limiter refused the guest memory during the call.
 pub(crate) fn classify(e: &wasmtime::Error, memory_hit: bool) -> Outcome {

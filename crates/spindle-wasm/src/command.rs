@@ -14,6 +14,7 @@ use wasmtime_wasi::WasiCtx;
 use crate::config::HostConfig;
 use crate::engine::{engine, linker};
 use crate::guest::GuestState;
+use crate::world::{misfit, Want};
 
 /// Runs the command component `wasm` with `args` (`args[0]` is its name)
 /// and returns its exit status. Must be called on a Spindle fiber or
@@ -28,9 +29,18 @@ use crate::guest::GuestState;
 /// assert_eq!(status.unwrap(), 0);
 /// ```
 pub fn run_command(wasm: &[u8], args: &[String], config: HostConfig) -> wasmtime::Result<i32> {
+    if let Some(why) = misfit(wasm, Want::Command) {
+        return Err(wasmtime::Error::msg(why));
+    }
     let config = config.max_concurrent(1);
     let engine = engine(&config, crate::World::Proxy)?;
-    let component = Component::new(&engine, wasm)?;
+    // Compiling takes a while with a cold cache and never waits: on the
+    // blocking pool, so the fiber's worker goes on with others meanwhile
+    // (and the stall watchdog does not take the compile for a deadlock).
+    let component = {
+        let (engine, wasm) = (engine.clone(), wasm.to_vec());
+        spindle::blocking::run(move || Component::new(&engine, &wasm))?
+    };
     let pre = CommandPre::new(linker(&engine, crate::World::Proxy)?.instantiate_pre(&component)?)?;
     let tag = crate::log::Tag::new(Arc::from(
         args.first().map(String::as_str).unwrap_or("command"),

@@ -83,10 +83,16 @@ impl Default for HostConfig {
 pub(crate) const DEFAULT_INSTANCE_REUSE: usize = 128;
 const DEFAULT_INSTANCE_CONCURRENCY: usize = 16;
 
+/// `$XDG_CACHE_HOME/spindle`, else `$HOME/.cache/spindle`; a variable
+/// that is empty or not an absolute path is ignored (as the XDG base
+/// directory rules say), and with neither there is no cache.
 fn default_cache_dir() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    let absolute = |var: &str| {
+        std::env::var_os(var)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    let base = absolute("XDG_CACHE_HOME").or_else(|| absolute("HOME").map(|h| h.join(".cache")))?;
     Some(base.join("spindle"))
 }
 
@@ -113,6 +119,30 @@ impl HostConfig {
     /// then get 503; beyond `n`, 503 at once.
     pub fn queue(mut self, n: usize, wait: Duration) -> Self {
         self.max_queued = n;
+        self.queue_timeout = wait;
+        self
+    }
+
+    /// Past the cap, up to `n` requests wait for a slot (0: none wait, 503
+    /// at once); the wait is bounded by [`queue`](Self::queue)'s `wait`.
+    ///
+    /// ```
+    /// let config = spindle_wasm::HostConfig::default().max_queued(2);
+    /// # drop(config);
+    /// ```
+    pub fn max_queued(mut self, n: usize) -> Self {
+        self.max_queued = n;
+        self
+    }
+
+    /// How long a queued request waits for a slot before its 503.
+    ///
+    /// ```
+    /// let config = spindle_wasm::HostConfig::default()
+    ///     .queue_timeout(std::time::Duration::from_millis(500));
+    /// # drop(config);
+    /// ```
+    pub fn queue_timeout(mut self, wait: Duration) -> Self {
         self.queue_timeout = wait;
         self
     }
@@ -154,7 +184,10 @@ impl HostConfig {
         self
     }
 
-    /// Where compiled code is cached (`None`: compile every time).
+    /// Where compiled code is cached (`None`: compile every time). A
+    /// directory that cannot be created (an unwritable home, a read-only
+    /// root filesystem) is warned about when a host is built, which then
+    /// compiles without a cache.
     pub fn cache_dir(mut self, dir: Option<PathBuf>) -> Self {
         self.cache_dir = dir;
         self

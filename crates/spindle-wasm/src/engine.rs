@@ -69,7 +69,17 @@ pub(crate) fn engine(config: &HostConfig, world: World) -> wasmtime::Result<Engi
     if let Some(dir) = &config.cache_dir {
         let mut cache = wasmtime::CacheConfig::new();
         cache.with_directory(dir);
-        c.cache(Some(wasmtime::Cache::new(cache)?));
+        // The cache only saves time: without it, components compile at
+        // every start.
+        match wasmtime::Cache::new(cache) {
+            Ok(cache) => {
+                c.cache(Some(cache));
+            }
+            Err(e) => tracing::warn!(
+                "compiled-code cache off: {e:#} (set --cache-dir / SPINDLE_CACHE_DIR \
+                 to a writable directory, or `off`)"
+            ),
+        }
     }
     Engine::new(&c)
 }

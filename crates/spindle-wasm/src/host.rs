@@ -16,7 +16,7 @@ use crate::engine::{engine, instance_slots, linker};
 use crate::guest::{HostInner, Pre};
 use crate::proxy::ProxyHost;
 use crate::service::ServiceHost;
-use crate::world::World;
+use crate::world::{misfit, Want, World};
 
 /// A WebAssembly HTTP host: a compiled `wasi:http/proxy` (WASI 0.2) or
 /// `wasi:http/service` (WASI 0.3) component, ready to serve requests — a
@@ -48,9 +48,17 @@ impl Host {
     /// Compiles (or loads from the cache) the component in `wasm` and links
     /// it against its WASI version and `wasi:http` (see [`World`]).
     pub fn new(wasm: &[u8], config: HostConfig) -> wasmtime::Result<Host> {
+        if let Some(why) = misfit(wasm, Want::Http) {
+            return Err(wasmtime::Error::msg(why));
+        }
         let world = World::of(wasm);
         let engine = engine(&config, world)?;
-        let component = Component::new(&engine, wasm)?;
+        // Compiling never waits but takes long with a cold cache: on the
+        // blocking pool when called on a fiber (in place on a thread).
+        let component = {
+            let (engine, wasm) = (engine.clone(), wasm.to_vec());
+            spindle::blocking::run(move || Component::new(&engine, &wasm))?
+        };
         let linked = linker(&engine, world)?.instantiate_pre(&component)?;
         let pre = match world {
             World::Proxy => Pre::Proxy(ProxyPre::new(linked)?),

@@ -55,7 +55,9 @@ use wasmtime_wasi_http::p2::bindings::ProxyPre;
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 use wasmtime_wasi_http::WasiHttpView;
 
-use crate::answer::{classify, describe, plain, request_body, take_ready, StreamingBody, Writer};
+use crate::answer::{
+    classify, describe, failure, plain, request_body, take_ready, StreamingBody, Writer,
+};
 use crate::guest::{new_store, Admission, GuestState, HostInner};
 use crate::report::{Outcome, RequestReport};
 
@@ -291,7 +293,7 @@ pub(crate) fn handle(proxy: &Arc<ProxyHost>, req: Request<Body>) -> Response<Bod
         Ok(r) => r,
         Err(why) => {
             exchange.fail(why);
-            return plain(StatusCode::INTERNAL_SERVER_ERROR, "guest failed");
+            return failure(exchange.outcome);
         }
     };
     let (parts, mut body) = response.into_parts();
@@ -306,7 +308,7 @@ pub(crate) fn handle(proxy: &Arc<ProxyHost>, req: Request<Body>) -> Response<Bod
         Ok(false) => Body::from_reader(StreamingBody::new(body, exchange, taken)),
         Err(why) => {
             exchange.fail(why);
-            return plain(StatusCode::INTERNAL_SERVER_ERROR, "guest failed");
+            return failure(exchange.outcome);
         }
     };
     Response::from_parts(parts, body)

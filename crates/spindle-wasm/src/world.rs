@@ -33,32 +33,94 @@ impl World {
     /// assert_eq!(World::of(b"not wasm"), World::Proxy);
     /// ```
     pub fn of(wasm: &[u8]) -> World {
-        use wasmparser::{Parser, Payload};
-        // Nested modules and components come inline between their section
-        // and their own `End`; only depth 0 is the component's interface.
-        let mut depth = 0usize;
-        for payload in Parser::new(0).parse_all(wasm) {
-            let Ok(payload) = payload else {
-                return World::Proxy;
-            };
-            match payload {
-                Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
-                Payload::End(_) => match depth.checked_sub(1) {
-                    Some(d) => depth = d,
-                    None => break,
-                },
-                Payload::ComponentExportSection(exports) if depth == 0 => {
-                    for export in exports.into_iter().flatten() {
-                        if is_p3_handler(export.name.name) {
-                            return World::Service;
-                        }
-                    }
-                }
-                _ => {}
-            }
+        if top_level_exports(wasm).iter().any(|n| is_p3_handler(n)) {
+            World::Service
+        } else {
+            World::Proxy
         }
-        World::Proxy
     }
+}
+
+/// What a caller wants a binary to be.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Want {
+    /// A `wasi:http` component ([`crate::Host`]).
+    Http,
+    /// A `wasi:cli/run` command ([`crate::run_command`]).
+    Command,
+}
+
+/// Why `wasm` is not what `want` takes, said with the next step — or
+/// `None` when it may be (the compiler has the last word). Checked before
+/// compiling, so the common mistakes are not answered with the engine's
+/// internals.
+pub(crate) fn misfit(wasm: &[u8], want: Want) -> Option<String> {
+    if !wasm.starts_with(b"\0asm") {
+        return Some(
+            "not a WebAssembly binary (it does not start with \"\\0asm\"): give a \
+             component's .wasm file"
+                .to_string(),
+        );
+    }
+    if wasm.get(4..8) == Some(&[1, 0, 0, 0]) {
+        return Some(
+            "a core WebAssembly module, not a component: build it for wasm32-wasip2, or \
+             wrap it with `wasm-tools component new`"
+                .to_string(),
+        );
+    }
+    let (mut http, mut cli) = (false, false);
+    for name in top_level_exports(wasm) {
+        http |= is_p3_handler(&name) || name.starts_with("wasi:http/incoming-handler@0.2");
+        cli |= name.starts_with("wasi:cli/run@");
+    }
+    match want {
+        Want::Http if !http && cli => Some(
+            "a wasi:cli command (it exports wasi:cli/run), not a wasi:http component: \
+             run it as a command (`spindle run`)"
+                .to_string(),
+        ),
+        Want::Http if !http => Some(
+            "exports no wasi:http handler (wasi:http/incoming-handler@0.2 or \
+             wasi:http/handler@0.3)"
+                .to_string(),
+        ),
+        Want::Command if !cli && http => Some(
+            "a wasi:http component, not a command (it exports no wasi:cli/run): serve \
+             it (`spindle serve`)"
+                .to_string(),
+        ),
+        Want::Command if !cli => Some("exports no wasi:cli/run: not a command".to_string()),
+        _ => None,
+    }
+}
+
+/// The names a component exports at its top level (nested modules and
+/// components skipped); what cannot be parsed ends the list.
+fn top_level_exports(wasm: &[u8]) -> Vec<String> {
+    use wasmparser::{Parser, Payload};
+    let mut names = Vec::new();
+    let mut depth = 0usize;
+    for payload in Parser::new(0).parse_all(wasm) {
+        let Ok(payload) = payload else { break };
+        match payload {
+            Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
+            Payload::End(_) => match depth.checked_sub(1) {
+                Some(d) => depth = d,
+                None => break,
+            },
+            Payload::ComponentExportSection(exports) if depth == 0 => {
+                names.extend(
+                    exports
+                        .into_iter()
+                        .flatten()
+                        .map(|e| e.name.name.to_string()),
+                );
+            }
+            _ => {}
+        }
+    }
+    names
 }
 
 fn is_p3_handler(name: &str) -> bool {
@@ -69,6 +131,17 @@ fn is_p3_handler(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_common_mistakes_are_named_with_the_next_step() {
+        let text = misfit(b"hello, world\n", Want::Http).unwrap();
+        assert!(text.starts_with("not a WebAssembly binary"), "{text}");
+        let core = misfit(b"\0asm\x01\0\0\0", Want::Http).unwrap();
+        assert!(core.contains("core WebAssembly module"), "{core}");
+        assert_eq!(misfit(crate::HELLO_WASM, Want::Http), None);
+        let http = misfit(crate::HELLO_WASM, Want::Command).unwrap();
+        assert!(http.contains("serve it"), "{http}");
+    }
 
     #[test]
     fn export_names() {

@@ -136,11 +136,12 @@ fn hello_answers_on_one_worker_while_two_burns_run() {
 }
 
 #[test]
-fn runaway_guests_get_500_and_the_server_goes_on() {
+fn runaway_guests_get_500_or_504_and_the_server_goes_on() {
     // Fuel budget.
     let (_rt, addr) = serve("burn", 1, config().fuel_limit(50_000_000));
-    let (status, _) = get(addr, "/?n=10000000000", "");
+    let (status, body) = get(addr, "/?n=10000000000", "");
     assert_eq!(status, 500);
+    assert_eq!(body, "guest ran out of fuel\n");
     assert_eq!(get(addr, "/?n=1000", "").0, 200);
     // Wall-clock deadline.
     let (_rt2, addr2) = serve(
@@ -151,7 +152,9 @@ fn runaway_guests_get_500_and_the_server_goes_on() {
             .timeout(Duration::from_millis(300)),
     );
     let started = Instant::now();
-    assert_eq!(get(addr2, "/?n=100000000000", "").0, 500);
+    // Past the deadline: 504, the gateway's timeout.
+    let (status, body) = get(addr2, "/?n=100000000000", "");
+    assert_eq!((status, body.as_str()), (504, "guest deadline exceeded\n"));
     assert!(started.elapsed() < Duration::from_secs(10));
     assert_eq!(get(addr2, "/?n=1000", "").0, 200);
 }
@@ -335,7 +338,7 @@ fn the_observer_hears_how_each_request_ended_and_where_its_time_went() {
                 .timeout(Duration::from_millis(200)),
         ),
     );
-    assert_eq!(get(slow, "/?n=100000000000", "").0, 500);
+    assert_eq!(get(slow, "/?n=100000000000", "").0, 504);
     let (_d, alloc) = serve("alloc", 1, observed(config().memory_limit(32 << 20)));
     assert_eq!(get(alloc, "/?mib=100", "").0, 500);
     let (_e, trap) = serve("trap", 1, observed(config()));

@@ -40,7 +40,7 @@ fn main() {
         let c = counter.clone();
         let pong = spindle::spawn(move || {
             for _ in 0..rounds {
-                while c.load(Ordering::Acquire) % 2 == 0 {
+                while c.load(Ordering::Acquire).is_multiple_of(2) {
                     spindle::park();
                 }
                 c.fetch_add(1, Ordering::AcqRel);

@@ -17,7 +17,7 @@ fn a_mutex_held_across_a_sleep_with_a_thousand_contenders_on_one_worker() {
                 let m = m.clone();
                 spindle::spawn(move || {
                     let mut g = m.lock();
-                    if *g % 100 == 0 {
+                    if (*g).is_multiple_of(100) {
                         // Held across a wait: other fibers park on the lock,
                         // the worker keeps running (no deadlock).
                         spindle::time::sleep(Duration::from_millis(1));

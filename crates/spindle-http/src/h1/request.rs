@@ -91,7 +91,7 @@ pub(crate) fn parse_request<B>(
     }
     let n = match parsed {
         Ok(httparse::Status::Complete(n)) if n > limits.max_head_bytes => {
-            return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
+            return Err(too_large(&buf[..n], limits.max_head_bytes))
         }
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return Ok(None),
@@ -298,6 +298,19 @@ fn valid_host(value: &[u8]) -> bool {
     }
 }
 
+/// The status for a request head past `max_head_bytes` (the first
+/// `buf.len()` bytes of which are at hand): 414 URI Too Long when its
+/// request line alone is that long (RFC 9112 §3: a server that receives a
+/// request-target longer than it will parse answers 414), else 431.
+pub(crate) fn too_large(buf: &[u8], max_head_bytes: usize) -> StatusCode {
+    let line = buf.iter().position(|&b| b == b'\n').unwrap_or(buf.len());
+    if line >= max_head_bytes {
+        StatusCode::URI_TOO_LONG
+    } else {
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+    }
+}
+
 /// [`parse_request`] into a fresh request, for tests.
 #[cfg(test)]
 pub(crate) fn parse_fresh(
@@ -438,6 +451,24 @@ mod header_slot_tests {
         );
         assert_eq!(
             parse_fresh(&head_with(17), &limits(16)).err(),
+            Some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
+        );
+        // Too long a request line is 414, too long a head otherwise 431.
+        let long_uri = format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(200));
+        let small = Limits {
+            max_head_bytes: 100,
+            ..limits(100)
+        };
+        assert_eq!(
+            parse_fresh(long_uri.as_bytes(), &small).err(),
+            Some(StatusCode::URI_TOO_LONG)
+        );
+        assert_eq!(
+            too_large(&long_uri.as_bytes()[..100], 100),
+            StatusCode::URI_TOO_LONG
+        );
+        assert_eq!(
+            parse_fresh(&head_with(20), &small).err(),
             Some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
         );
         // A partial head with many headers is still just incomplete.

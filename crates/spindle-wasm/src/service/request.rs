@@ -20,7 +20,7 @@ use wasmtime_wasi_http::WasiBody;
 
 use super::instance::start;
 use super::{Job, Reply, ServiceHost};
-use crate::answer::{classify, describe, plain, take_ready, StreamingBody, Writer};
+use crate::answer::{self, classify, describe, plain, take_ready, StreamingBody, Writer};
 use crate::guest::{Admission, HostInner};
 use crate::report::{Outcome, RequestReport};
 
@@ -246,7 +246,7 @@ fn failed(
     };
     pending.timing(host, outcome);
     tracing::warn!(request = %pending.tag, outcome = outcome.as_str(), "{why}");
-    plain(StatusCode::INTERNAL_SERVER_ERROR, "guest failed")
+    answer::failure(outcome)
 }
 
 /// The body of an answer the guest is still writing, read on as the

@@ -209,9 +209,9 @@ pub(super) fn explain_alloc_failure(err: io::Error, stack_size: usize) -> io::Er
 /// `bytes` for a message: in GiB, MiB or KiB when it is a whole number of
 /// them.
 pub(crate) fn human_size(bytes: usize) -> String {
-    if bytes >= 1 << 30 && bytes % (1 << 30) == 0 {
+    if bytes >= 1 << 30 && bytes.is_multiple_of(1 << 30) {
         format!("{} GiB", bytes >> 30)
-    } else if bytes >= 1 << 20 && bytes % (1 << 20) == 0 {
+    } else if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
         format!("{} MiB", bytes >> 20)
     } else if bytes >= 1 << 10 {
         format!("{} KiB", bytes >> 10)

@@ -24,9 +24,9 @@ impl Worker {
                 self.dispatch(entry.fiber);
                 let n = self.dispatches.get() + 1;
                 self.dispatches.set(n);
-                if n % 16 == 0 {
+                if n.is_multiple_of(16) {
                     self.tick();
-                    if n % SHED_EVERY == 0 {
+                    if n.is_multiple_of(SHED_EVERY) {
                         self.shared().dispatches.store(n, Ordering::Relaxed);
                         self.shed();
                     }
