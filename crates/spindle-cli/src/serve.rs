@@ -325,6 +325,9 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode, String> {
         Some(config) => server.tls(config),
         None => server,
     };
+    // A guest whose client left is stopped (its slot freed), not left to
+    // work for nobody.
+    let server = server.config(spindle_http::ServerConfig::default().watch_client_gone(true));
     let addr = server.local_addr().map_err(|e| e.to_string())?;
     let handle = server.handle();
     let ready = Arc::new(AtomicBool::new(true));

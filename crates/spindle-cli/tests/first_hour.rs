@@ -278,3 +278,83 @@ fn a_component_on_the_command_line_wins_over_spindle_app_from_the_environment() 
         text(&out)
     );
 }
+
+/// The sum of the samples of `name` (with `labels`) on the admin
+/// listener's `/metrics`, parsed by `prometheus_client`.
+fn metric(admin: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let filter = labels
+        .iter()
+        .map(|(k, v)| format!(" and s.labels.get('{k}') == '{v}'"))
+        .collect::<String>();
+    common::python(&format!(
+        r#"
+import urllib.request
+from prometheus_client.parser import text_string_to_metric_families
+text = urllib.request.urlopen("{admin}metrics", timeout=10).read().decode()
+print(sum(s.value for f in text_string_to_metric_families(text)
+          for s in f.samples if s.name == "{name}"{filter}))
+"#
+    ))
+    .trim()
+    .parse()
+    .unwrap()
+}
+
+/// Clients that give up on slow requests stop their guests: the slots come
+/// back at once (not when the guests would have finished), the requests
+/// are counted as `client_closed`, and a drain does not wait for them —
+/// in both worlds.
+#[test]
+fn a_client_that_leaves_frees_its_guest_and_its_slot() {
+    for app in ["sleep", "sleep-p3"] {
+        let admin_port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let admin = format!("http://127.0.0.1:{admin_port}/");
+        let mut cmd = spindle();
+        cmd.args(["serve", &guest(app), "--listen", "127.0.0.1:0"])
+            .args(["--admin", &format!("127.0.0.1:{admin_port}")])
+            .args(["--max-concurrent", "5", "--max-queue", "0"]);
+        let served = Served::start(cmd);
+        // Five clients that wait half a second for an 8 s answer.
+        let started = std::time::Instant::now();
+        let leavers: Vec<_> = (0..5)
+            .map(|_| {
+                let url = format!("{}?ms=8000", served.url);
+                std::thread::spawn(move || {
+                    Command::new("curl")
+                        .args(["-s", "-o", "/dev/null", "-m", "0.5", &url])
+                        .status()
+                        .unwrap()
+                })
+            })
+            .collect();
+        for l in leavers {
+            l.join().unwrap();
+        }
+        let running = || metric(&admin, "spindle_guest_requests_running", &[]);
+        while running() > 0.0 {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(4),
+                "{app}: guests still running after their clients left"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        // The slots are free: a request now is served, not refused.
+        assert_eq!(status(&format!("{}?ms=1", served.url)), 200, "{app}");
+        let closed = metric(
+            &admin,
+            "spindle_guest_outcomes_total",
+            &[("outcome", "client_closed")],
+        );
+        assert_eq!(closed, 5.0, "{app}");
+        let err = served.stop();
+        assert!(err.contains("client closed the connection"), "{app}: {err}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(7),
+            "{app}: the drain waited for abandoned guests"
+        );
+    }
+}

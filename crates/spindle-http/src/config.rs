@@ -37,6 +37,10 @@ pub struct ServerConfig {
     /// Open connections; past it a new connection gets 503 and is closed.
     /// Default 10 000.
     pub max_connections: usize,
+    /// Put a [`ClientGone`](crate::ClientGone) in the extensions of each
+    /// request that has no body, for a handler that waits long to see its
+    /// client leave. Default off (it costs an allocation per request).
+    pub watch_client_gone: bool,
 }
 
 impl Default for ServerConfig {
@@ -51,6 +55,7 @@ impl Default for ServerConfig {
             body_deadline: Duration::from_secs(300),
             write_timeout: Duration::from_secs(30),
             max_connections: 10_000,
+            watch_client_gone: false,
         }
     }
 }
@@ -75,6 +80,7 @@ impl ServerConfig {
         body_read_timeout: Duration,
         body_deadline: Duration,
         write_timeout: Duration,
-        max_connections: usize
+        max_connections: usize,
+        watch_client_gone: bool
     );
 }

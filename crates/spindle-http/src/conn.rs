@@ -106,6 +106,14 @@ impl Conn {
         Some(Conn::new(Stream::Tls(Box::new(stream))))
     }
 
+    /// Lets the handler of `req` see its client leave (see `gone`). Out of
+    /// line, as everything around the handler.
+    #[inline(never)]
+    fn watch_client(&self, req: &mut Request<Body>) {
+        req.extensions_mut()
+            .insert(crate::gone::ClientGone::new(&self.stream));
+    }
+
     /// Serves requests on this connection until it closes, is drained,
     /// or fails.
     ///
@@ -159,6 +167,9 @@ impl Conn {
             // not needed until the next read (see `read_buf`).
             if incoming.is_none() {
                 self.buf.release();
+                if config.watch_client_gone {
+                    self.watch_client(&mut req);
+                }
             }
             let result = panic::catch_unwind(AssertUnwindSafe(|| handler(req)));
             let response = match result {

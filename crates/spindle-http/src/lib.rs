@@ -21,13 +21,14 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | `h1` | the HTTP/1.1 codec, pure functions over bytes shared by both roles: request and response heads, framing, the chunked decoder |
+//! | `h1` | the HTTP/1.1 codec, pure functions over bytes shared by both roles: request and response heads, framing, the chunked coding, the one body decoder |
 //! | `server` | the accept loop, admission, the registry of connections, drain |
 //! | `conn` | a connection's request loop: phases and their timeouts, responses, lingering close after an error |
 //! | `read_buf` | a connection's read buffer: reads in place, handed back to a per-thread cache while a handler runs |
 //! | `body` | [`Body`]: streamed request bodies (length or chunked), whole or streamed responses |
 //! | `client` | [`Client`]: `http://` and `https://` requests with a keep-alive pool per origin; response bodies stream from the connection |
 //! | `error` | [`Error`] and [`ErrorKind`]: what a client request failed on |
+//! | `gone` | [`ClientGone`]: a handler's watch on its client leaving |
 //! | `config` | [`ServerConfig`]: limits and timeouts |
 //! | `date` | the cached `Date` header |
 //! | `stream` | plain TCP or TLS: one reader and one writer at once over a split rustls session |
@@ -43,6 +44,7 @@ mod date;
 mod error;
 #[doc(hidden)]
 pub mod fuzzing;
+mod gone;
 mod h1;
 mod read_buf;
 mod server;
@@ -53,5 +55,6 @@ pub use body::Body;
 pub use client::Client;
 pub use config::ServerConfig;
 pub use error::{Error, ErrorKind};
+pub use gone::{ClientGone, Gone};
 pub use http::{self, Request, Response, StatusCode};
 pub use server::{Server, ServerHandle};

@@ -36,6 +36,15 @@ pub(crate) enum Stream {
     Tls(Box<TlsStream>),
 }
 
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Stream::Plain(_) => "Stream::Plain",
+            Stream::Tls(_) => "Stream::Tls",
+        })
+    }
+}
+
 impl Stream {
     pub(crate) fn tcp(&self) -> &TcpStream {
         match self {

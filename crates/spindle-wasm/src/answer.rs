@@ -27,6 +27,13 @@ const WHOLE_BODY_LIMIT: usize = 256 * 1024;
 /// Request bodies are pumped in pieces of this size.
 const PUMP_CHUNK: usize = 16 * 1024;
 
+/// The status logged for a request whose client left before its answer
+/// (nginx's "client closed request"; not sent, nobody is there).
+pub(crate) const CLIENT_CLOSED: StatusCode = match StatusCode::from_u16(499) {
+    Ok(s) => s,
+    Err(_) => unreachable!(),
+};
+
 /// The host's own answer: `status` with `text` as a plain-text body.
 pub(crate) fn plain(status: StatusCode, text: &str) -> Response<Body> {
     let mut r = Response::new(Body::from(format!("{text}\n")));
@@ -50,6 +57,8 @@ pub(crate) fn failure(outcome: Outcome) -> Response<Body> {
             "guest exceeded its memory limit",
         ),
         Outcome::Trap => plain(StatusCode::INTERNAL_SERVER_ERROR, "guest trapped"),
+        // Nobody reads it; the status is for the access log (nginx's 499).
+        Outcome::ClientClosed => plain(CLIENT_CLOSED, "client closed the connection"),
         _ => plain(StatusCode::INTERNAL_SERVER_ERROR, "guest failed"),
     }
 }

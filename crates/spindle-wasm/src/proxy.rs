@@ -48,7 +48,7 @@ use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use spindle_http::{Body, Request, Response, StatusCode};
+use spindle_http::{Body, ClientGone, Request, Response, StatusCode};
 use wasmtime::Store;
 use wasmtime_wasi_http::p2::bindings::http::types::{ErrorCode, Scheme};
 use wasmtime_wasi_http::p2::bindings::ProxyPre;
@@ -213,6 +213,7 @@ pub(crate) fn handle(proxy: &Arc<ProxyHost>, req: Request<Body>) -> Response<Bod
     };
     let memory_hit = store.data().limits.hit_flag();
 
+    let gone = req.extensions().get::<ClientGone>().map(ClientGone::wait);
     let (mut parts, body) = req.into_parts();
     if parts.uri.authority().is_none() && !parts.headers.contains_key(http::header::HOST) {
         // HTTP/1.0 without Host: wasi:http wants an authority.
@@ -281,6 +282,7 @@ pub(crate) fn handle(proxy: &Arc<ProxyHost>, req: Request<Body>) -> Response<Bod
         },
         observer: host.config.observer.0.clone(),
         proxy: proxy.clone(),
+        gone,
         _admission: admission,
     };
 
@@ -289,6 +291,9 @@ pub(crate) fn handle(proxy: &Arc<ProxyHost>, req: Request<Body>) -> Response<Bod
         exchange.poll_response(&mut receiver, cx)
     }));
     exchange.timing.head = Some(Instant::now());
+    // The watch was for the wait above; a body being written is watched
+    // by its writes.
+    exchange.gone = None;
     let response = match response {
         Ok(r) => r,
         Err(why) => {
@@ -328,6 +333,8 @@ struct Exchange {
     observer: Option<Arc<dyn crate::report::Observer>>,
     /// Where a store fit for reuse goes back.
     proxy: Arc<ProxyHost>,
+    /// Ready when the client leaves before the response head.
+    gone: Option<spindle_http::Gone>,
     _admission: Admission,
 }
 
@@ -398,7 +405,18 @@ impl Exchange {
                 .failure
                 .take()
                 .unwrap_or_else(|| "guest returned without setting a response".to_string()))),
-            _ => Poll::Pending,
+            _ => match self.gone.as_mut().map(|g| Pin::new(g).poll(cx)) {
+                Some(Poll::Ready(())) => {
+                    // Nobody waits for the answer: the guest's call is
+                    // dropped (wasmtime unwinds it) and the slot freed.
+                    self.call = None;
+                    self.outcome = Outcome::ClientClosed;
+                    Poll::Ready(Err(
+                        "the client closed the connection; the guest was stopped".to_string(),
+                    ))
+                }
+                _ => Poll::Pending,
+            },
         }
     }
 

@@ -28,6 +28,9 @@ pub enum Outcome {
     MemoryLimit,
     /// The guest failed otherwise (returned no response, a host error).
     Failed,
+    /// The client closed the connection before the answer: the guest's
+    /// call was dropped (WASI 0.2) or abandoned (WASI 0.3), its slot freed.
+    ClientClosed,
 }
 
 impl Outcome {
@@ -37,9 +40,9 @@ impl Outcome {
     /// ```
     /// use spindle_wasm::Outcome;
     /// assert!(Outcome::ALL.contains(&Outcome::Trap));
-    /// assert_eq!(Outcome::ALL.len(), 8);
+    /// assert_eq!(Outcome::ALL.len(), 9);
     /// ```
-    pub const ALL: [Outcome; 8] = [
+    pub const ALL: [Outcome; 9] = [
         Outcome::Answered,
         Outcome::Busy,
         Outcome::BadRequest,
@@ -48,6 +51,7 @@ impl Outcome {
         Outcome::Deadline,
         Outcome::MemoryLimit,
         Outcome::Failed,
+        Outcome::ClientClosed,
     ];
 
     /// A short label, for metrics and logs.
@@ -65,6 +69,7 @@ impl Outcome {
             Outcome::Deadline => "deadline",
             Outcome::MemoryLimit => "memory_limit",
             Outcome::Failed => "failed",
+            Outcome::ClientClosed => "client_closed",
         }
     }
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::channel::oneshot;
-use spindle_http::{Body, Request, Response, StatusCode};
+use spindle_http::{Body, ClientGone, Request, Response, StatusCode};
 use wasmtime_wasi_http::WasiBody;
 
 use super::instance::start;
@@ -36,12 +36,27 @@ pub(crate) fn handle(service: &Arc<ServiceHost>, mut req: Request<Body>) -> Resp
     if !make_absolute(&mut req) {
         return *refuse(host, &req, Duration::ZERO, Outcome::BadRequest);
     }
+    let gone = req.extensions_mut().remove::<ClientGone>();
     let (pending, answer) = match submit(service, req) {
         Ok(submitted) => submitted,
         Err(refused) => return *refused,
     };
-    let answer = wait(answer, pending.deadline);
+    let answer = wait(answer, pending.deadline, gone);
     finish(host, pending, answer)
+}
+
+/// What the request fiber's wait ended with: the instance's answer (or
+/// its end), or no answer.
+type Waited = Result<Result<Reply, oneshot::Canceled>, Unanswered>;
+
+/// Why a request stopped waiting for its answer.
+enum Unanswered {
+    /// Its deadline passed.
+    Deadline,
+    /// Its client closed the connection: the guest's task is abandoned (it
+    /// runs on until it answers into a closed channel, or its instance
+    /// ends), and the request's slot is freed now.
+    ClientGone,
 }
 
 /// A request handed to the pool, as its fiber remembers it while it waits.
@@ -176,20 +191,26 @@ fn refuse(
     Box::new(answer)
 }
 
-/// Parks until the instance answers or the deadline passes (`None`).
+/// Parks until the instance answers, the deadline passes, or the client
+/// leaves.
 #[inline(never)]
-fn wait(
-    answer: oneshot::Receiver<Reply>,
-    deadline: Instant,
-) -> Option<Result<Reply, oneshot::Canceled>> {
+fn wait(answer: oneshot::Receiver<Reply>, deadline: Instant, gone: Option<ClientGone>) -> Waited {
     spindle::block_on(async {
         let mut answer = answer;
         let mut expiry = spindle::time::sleep_until_future(deadline);
+        let mut gone = gone.as_ref().map(ClientGone::wait);
         std::future::poll_fn(|cx| {
             if let Poll::Ready(r) = Pin::new(&mut answer).poll(cx) {
-                return Poll::Ready(Some(r));
+                return Poll::Ready(Ok(r));
             }
-            Pin::new(&mut expiry).poll(cx).map(|()| None)
+            if let Some(gone) = gone.as_mut() {
+                if Pin::new(gone).poll(cx).is_ready() {
+                    return Poll::Ready(Err(Unanswered::ClientGone));
+                }
+            }
+            Pin::new(&mut expiry)
+                .poll(cx)
+                .map(|()| Err(Unanswered::Deadline))
         })
         .await
     })
@@ -201,13 +222,9 @@ fn wait(
 /// parked in, so its failures, the streamed body and the reading of the
 /// body are out of line.
 #[inline(never)]
-fn finish(
-    host: &HostInner,
-    pending: Pending,
-    answer: Option<Result<Reply, oneshot::Canceled>>,
-) -> Response<Body> {
+fn finish(host: &HostInner, pending: Pending, answer: Waited) -> Response<Body> {
     let response = match answer {
-        Some(Ok(Ok(response))) => response,
+        Ok(Ok(Ok(response))) => response,
         failure => return failed(host, &pending, failure),
     };
     pending.timing(host, Outcome::Answered);
@@ -223,25 +240,25 @@ fn finish(
     Response::from_parts(parts, body)
 }
 
-/// The 500 for an instance's failure to answer (a trap, its end, the
-/// deadline), logged and reported.
+/// The answer for an instance's failure to answer (a trap, its end, the
+/// deadline, the client gone), logged and reported.
 #[cold]
 #[inline(never)]
-fn failed(
-    host: &HostInner,
-    pending: &Pending,
-    failure: Option<Result<Reply, oneshot::Canceled>>,
-) -> Response<Body> {
+fn failed(host: &HostInner, pending: &Pending, failure: Waited) -> Response<Body> {
     let (outcome, why) = match failure {
-        Some(Ok(Ok(_))) => unreachable!("an answer is not a failure"),
-        Some(Ok(Err(e))) => (classify(&e, false), describe(&e)),
-        Some(Err(oneshot::Canceled)) => (
+        Ok(Ok(Ok(_))) => unreachable!("an answer is not a failure"),
+        Ok(Ok(Err(e))) => (classify(&e, false), describe(&e)),
+        Ok(Err(oneshot::Canceled)) => (
             Outcome::Trap,
             "the guest's instance ended (trap or fault)".to_string(),
         ),
-        None => (
+        Err(Unanswered::Deadline) => (
             Outcome::Deadline,
             "deadline exceeded (--timeout)".to_string(),
+        ),
+        Err(Unanswered::ClientGone) => (
+            Outcome::ClientClosed,
+            "the client closed the connection; the guest's task is abandoned".to_string(),
         ),
     };
     pending.timing(host, outcome);
