@@ -2,74 +2,18 @@
 //! queue's flags, a cold compile cache, the startup errors of common
 //! mistakes, and arguments after APP.
 
-use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 
 mod common;
 
-use common::{guest, spindle};
+use common::{guest, metric, spindle, Served};
 
 fn temp_dir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("spindle-first-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
-}
-
-/// A running `spindle serve`; killed when dropped.
-struct Served {
-    child: Child,
-    url: String,
-    _out: BufReader<std::process::ChildStdout>,
-}
-
-impl Served {
-    fn start(mut cmd: Command) -> Served {
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut first = String::new();
-        out.read_line(&mut first).unwrap();
-        let Some(url) = first.split_whitespace().find(|w| w.starts_with("http://")) else {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("no address in {first:?}: {}", stderr(&mut child));
-        };
-        Served {
-            url: url.to_string(),
-            child,
-            _out: out,
-        }
-    }
-
-    /// Stops it (SIGINT, a drain) and returns its stderr.
-    fn stop(mut self) -> String {
-        Command::new("kill")
-            .args(["-INT", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        let _ = self.child.wait();
-        stderr(&mut self.child)
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn stderr(child: &mut Child) -> String {
-    let mut err = String::new();
-    if let Some(mut e) = child.stderr.take() {
-        let _ = e.read_to_string(&mut err);
-    }
-    err
 }
 
 /// The HTTP status of a GET with curl (0 if none came).
@@ -277,27 +221,6 @@ fn a_component_on_the_command_line_wins_over_spindle_app_from_the_environment() 
         "{}",
         text(&out)
     );
-}
-
-/// The sum of the samples of `name` (with `labels`) on the admin
-/// listener's `/metrics`, parsed by `prometheus_client`.
-fn metric(admin: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    let filter = labels
-        .iter()
-        .map(|(k, v)| format!(" and s.labels.get('{k}') == '{v}'"))
-        .collect::<String>();
-    common::python(&format!(
-        r#"
-import urllib.request
-from prometheus_client.parser import text_string_to_metric_families
-text = urllib.request.urlopen("{admin}metrics", timeout=10).read().decode()
-print(sum(s.value for f in text_string_to_metric_families(text)
-          for s in f.samples if s.name == "{name}"{filter}))
-"#
-    ))
-    .trim()
-    .parse()
-    .unwrap()
 }
 
 /// Clients that give up on slow requests stop their guests: the slots come

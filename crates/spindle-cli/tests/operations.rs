@@ -4,14 +4,13 @@
 //! drain, metrics parsed by the Prometheus project's Python parser), and
 //! configuration from the environment.
 
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{guest, python, spindle};
+use common::{guest, metric, python, spindle, Served};
 
 /// A fresh directory under the system's temporary one.
 fn temp_dir(tag: &str) -> PathBuf {
@@ -19,76 +18,6 @@ fn temp_dir(tag: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
-}
-
-/// A running `spindle serve`: the child and the URLs it printed.
-struct Served {
-    child: Child,
-    url: String,
-    admin: Option<String>,
-}
-
-impl Served {
-    fn start(mut cmd: Command) -> Served {
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut first = String::new();
-        out.read_line(&mut first).unwrap();
-        let url = first
-            .split_whitespace()
-            .find(|w| w.starts_with("http://") || w.starts_with("https://"))
-            .unwrap_or_else(|| panic!("no address in {first:?}: {}", stderr(&mut child)))
-            .to_string();
-        let admin = if cmd.get_args().any(|a| a == "--admin") {
-            let mut second = String::new();
-            out.read_line(&mut second).unwrap();
-            second
-                .split_whitespace()
-                .find(|w| w.starts_with("http://"))
-                .map(str::to_string)
-        } else {
-            None
-        };
-        Served { child, url, admin }
-    }
-
-    fn signal(&self, sig: &str) {
-        Command::new("kill")
-            .args([&format!("-{sig}"), &self.child.id().to_string()])
-            .status()
-            .unwrap();
-    }
-
-    /// Waits (bounded) for the exit; its status and stderr.
-    fn wait(mut self) -> (std::process::ExitStatus, String) {
-        let until = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return (s, stderr(&mut self.child));
-            }
-            assert!(Instant::now() < until, "spindle serve did not exit");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn stderr(child: &mut Child) -> String {
-    let mut err = String::new();
-    if let Some(mut e) = child.stderr.take() {
-        let _ = e.read_to_string(&mut err);
-    }
-    err
 }
 
 /// `(status, body)` of a GET with curl (`extra` before the URL).
@@ -319,28 +248,6 @@ print(r.status, r.read().decode(), c.sock.selected_alpn_protocol())
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-}
-
-/// The value of one sample of `/metrics`, parsed by `prometheus_client`.
-fn metric(admin: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    let filter = labels
-        .iter()
-        .map(|(k, v)| format!(" and s.labels.get('{k}') == '{v}'"))
-        .collect::<String>();
-    let out = python(&format!(
-        r#"
-import urllib.request
-from prometheus_client.parser import text_string_to_metric_families
-text = urllib.request.urlopen("{admin}metrics", timeout=10).read().decode()
-total = 0.0
-for family in text_string_to_metric_families(text):
-    for s in family.samples:
-        if s.name == "{name}"{filter}:
-            total += s.value
-print(total)
-"#
-    ));
-    out.trim().parse().unwrap()
 }
 
 #[test]

@@ -1,10 +1,12 @@
 //! What the `spindle` binary's tests share: the binary, the example
-//! guests, a clean command, Python.
+//! guests, a clean command, a running server, Python and `/metrics`.
 
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
 
 pub const SPINDLE: &str = env!("CARGO_BIN_EXE_spindle");
 
@@ -45,4 +47,110 @@ pub fn python(script: &str) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A running `spindle serve`: the child and the URLs it printed.
+pub struct Served {
+    pub child: Child,
+    pub url: String,
+    pub admin: Option<String>,
+    /// Kept open: the server prints more lines than are read here, and
+    /// writes to a closed pipe would fail.
+    _out: BufReader<ChildStdout>,
+}
+
+impl Served {
+    pub fn start(mut cmd: Command) -> Served {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut first = String::new();
+        out.read_line(&mut first).unwrap();
+        let url = first
+            .split_whitespace()
+            .find(|w| w.starts_with("http://") || w.starts_with("https://"))
+            .unwrap_or_else(|| panic!("no address in {first:?}: {}", stderr(&mut child)))
+            .to_string();
+        let admin = if cmd.get_args().any(|a| a == "--admin") {
+            let mut second = String::new();
+            out.read_line(&mut second).unwrap();
+            second
+                .split_whitespace()
+                .find(|w| w.starts_with("http://"))
+                .map(str::to_string)
+        } else {
+            None
+        };
+        Served {
+            child,
+            url,
+            admin,
+            _out: out,
+        }
+    }
+
+    pub fn signal(&self, sig: &str) {
+        Command::new("kill")
+            .args([&format!("-{sig}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+    }
+
+    /// Stops it in order (SIGINT: a drain) and returns its stderr.
+    pub fn stop(self) -> String {
+        self.signal("INT");
+        self.wait().1
+    }
+
+    /// Waits (bounded) for the exit; its status and stderr.
+    pub fn wait(mut self) -> (std::process::ExitStatus, String) {
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return (s, stderr(&mut self.child));
+            }
+            assert!(Instant::now() < until, "spindle serve did not exit");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn stderr(child: &mut Child) -> String {
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    err
+}
+
+/// The value of one sample of `/metrics`, parsed by `prometheus_client`.
+pub fn metric(admin: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let filter = labels
+        .iter()
+        .map(|(k, v)| format!(" and s.labels.get('{k}') == '{v}'"))
+        .collect::<String>();
+    let out = python(&format!(
+        r#"
+import urllib.request
+from prometheus_client.parser import text_string_to_metric_families
+text = urllib.request.urlopen("{admin}metrics", timeout=10).read().decode()
+total = 0.0
+for family in text_string_to_metric_families(text):
+    for s in family.samples:
+        if s.name == "{name}"{filter}:
+            total += s.value
+print(total)
+"#
+    ));
+    out.trim().parse().unwrap()
 }
