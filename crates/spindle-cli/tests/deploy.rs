@@ -9,14 +9,14 @@
 //! the image's absolute paths move under a temporary root.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
 
-use common::SPINDLE;
+use common::{curl, stderr, SPINDLE};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -216,19 +216,6 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// `(status, body)` of a GET with curl.
-fn get(url: &str) -> (u16, String) {
-    let out = Command::new("curl")
-        .args(["-sS", "--max-time", "15", "-w", "\n%{http_code}", url])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = stdout
-        .rsplit_once('\n')
-        .unwrap_or_else(|| panic!("curl: {}", String::from_utf8_lossy(&out.stderr)));
-    (code.parse().unwrap_or(0), body.to_string())
-}
-
 struct Killed(Child);
 
 impl Drop for Killed {
@@ -305,14 +292,7 @@ fn the_deployments_container_starts_serves_and_answers_its_probes() {
     out.read_line(&mut first).unwrap();
     if first.is_empty() {
         let _ = child.0.wait();
-        let mut err = String::new();
-        child
-            .0
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut err)
-            .unwrap();
+        let err = stderr(&mut child.0);
         panic!("the container's command exited at start: {argv:?}\n{env:?}\n{err}");
     }
 
@@ -332,14 +312,14 @@ fn the_deployments_container_starts_serves_and_answers_its_probes() {
     let liveness = probe(&container["livenessProbe"]);
     let until = Instant::now() + Duration::from_secs(20);
     loop {
-        if get(&readiness).0 == 200 {
+        if curl(&readiness, &[]).0 == 200 {
             break;
         }
         assert!(Instant::now() < until, "never ready at {readiness}");
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(get(&liveness).0, 200, "{liveness}");
-    let (status, body) = get(&format!("http://127.0.0.1:{app_local}/"));
+    assert_eq!(curl(&liveness, &[]).0, 200, "{liveness}");
+    let (status, body) = curl(&format!("http://127.0.0.1:{app_local}/"), &[]);
     assert_eq!((status, body.trim()), (200, "Hello, World!"));
 
     drop(child);

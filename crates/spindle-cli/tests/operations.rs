@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{guest, metric, python, spindle, Served};
+use common::{curl, guest, metric, python, spindle, Served};
 
 /// A fresh directory under the system's temporary one.
 fn temp_dir(tag: &str) -> PathBuf {
@@ -18,21 +18,6 @@ fn temp_dir(tag: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
-}
-
-/// `(status, body)` of a GET with curl (`extra` before the URL).
-fn curl(url: &str, extra: &[&str]) -> (u16, String) {
-    let out = Command::new("curl")
-        .args(["-sS", "--max-time", "15", "-w", "\n%{http_code}"])
-        .args(extra)
-        .arg(url)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = stdout
-        .rsplit_once('\n')
-        .unwrap_or_else(|| panic!("curl: {}", String::from_utf8_lossy(&out.stderr)));
-    (code.parse().unwrap_or(0), body.to_string())
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {

@@ -154,3 +154,18 @@ print(total)
     ));
     out.trim().parse().unwrap()
 }
+
+/// `(status, body)` of a GET with curl (`extra` before the URL).
+pub fn curl(url: &str, extra: &[&str]) -> (u16, String) {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "15", "-w", "\n%{http_code}"])
+        .args(extra)
+        .arg(url)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = stdout
+        .rsplit_once('\n')
+        .unwrap_or_else(|| panic!("curl: {}", String::from_utf8_lossy(&out.stderr)));
+    (code.parse().unwrap_or(0), body.to_string())
+}
