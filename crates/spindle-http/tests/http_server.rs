@@ -727,3 +727,81 @@ fn expect_100_continue_gets_exactly_one_interim_response() {
         assert_eq!(status_of(&rest), 200, "{path}: {rest}");
     }
 }
+
+/// A handler that waits on [`spindle_http::ClientGone`] for up to 5 s and
+/// says whether its client left, through `left`; it answers "stayed".
+fn watching_server(rt: &Runtime, left: std::sync::mpsc::Sender<bool>) -> SocketAddr {
+    let left = std::sync::Mutex::new(left);
+    rt.run(move || {
+        let server = Server::bind("127.0.0.1:0")
+            .unwrap()
+            .config(ServerConfig::default().watch_client_gone(true));
+        let addr = server.local_addr().unwrap();
+        spindle::spawn(move || {
+            server.serve(move |req: Request<Body>| {
+                let gone = req
+                    .extensions()
+                    .get::<spindle_http::ClientGone>()
+                    .expect("the watch is on")
+                    .wait();
+                let went = spindle::block_on(async {
+                    let mut gone = std::pin::pin!(gone);
+                    let mut patience = std::pin::pin!(spindle::time::sleep_future(
+                        Duration::from_millis(if req.uri().path() == "/quick" {
+                            500
+                        } else {
+                            5000
+                        })
+                    ));
+                    std::future::poll_fn(|cx| {
+                        use std::future::Future;
+                        if gone.as_mut().poll(cx).is_ready() {
+                            return std::task::Poll::Ready(true);
+                        }
+                        patience.as_mut().poll(cx).map(|()| false)
+                    })
+                    .await
+                });
+                let _ = left.lock().unwrap().send(went);
+                Response::new(Body::from("stayed"))
+            })
+        });
+        addr
+    })
+}
+
+#[test]
+fn a_handler_sees_its_client_leave_but_not_a_pipelined_request() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let addr = watching_server(&rt, tx);
+
+    // A client that sends its request and closes: seen at once, not after
+    // the handler's 5 s of patience.
+    let started = Instant::now();
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    drop(s);
+    assert!(
+        rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+        "not seen"
+    );
+    assert!(started.elapsed() < Duration::from_secs(3));
+
+    // A second request sent while the first's handler watches: its bytes
+    // are the connection's to read, not a leave; both are answered.
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /quick HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    s.write_all(b"GET /quick HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answers = String::new();
+    s.read_to_string(&mut answers).unwrap();
+    assert_eq!(answers.matches("stayed").count(), 2, "{answers}");
+    assert!(!rx.recv_timeout(Duration::from_secs(5)).unwrap());
+    assert!(!rx.recv_timeout(Duration::from_secs(5)).unwrap());
+    rt.shutdown();
+}
