@@ -3,6 +3,7 @@
 
 use crate::h1::decode::{Decoder, Source};
 use crate::h1::framing::BodyFraming;
+use crate::h2::recv::RecvBody;
 use std::io::{self, Read};
 use std::sync::Arc;
 
@@ -35,6 +36,8 @@ enum Kind {
     Full(Bytes),
     Reader(Box<dyn Read + Send>),
     Incoming(Arc<Mutex<Incoming>>),
+    /// An HTTP/2 stream's body.
+    H2(Box<RecvBody>),
 }
 
 impl Body {
@@ -49,6 +52,12 @@ impl Body {
     pub fn from_reader(reader: impl Read + Send + 'static) -> Body {
         Body {
             kind: Kind::Reader(Box::new(reader)),
+        }
+    }
+
+    pub(crate) fn h2(recv: RecvBody) -> Body {
+        Body {
+            kind: Kind::H2(Box::new(recv)),
         }
     }
 
@@ -79,6 +88,7 @@ impl Body {
             Kind::Full(b) => b.is_empty(),
             Kind::Reader(_) => false,
             Kind::Incoming(i) => i.lock().is_done(),
+            Kind::H2(r) => r.is_end(),
         }
     }
 
@@ -93,9 +103,7 @@ impl Body {
         match self.kind {
             Kind::Full(b) => Ok(b),
             Kind::Reader(r) => Err(r),
-            Kind::Incoming(i) => Err(Box::new(Body {
-                kind: Kind::Incoming(i),
-            })),
+            kind @ (Kind::Incoming(_) | Kind::H2(_)) => Err(Box::new(Body { kind })),
         }
     }
 }
@@ -111,6 +119,7 @@ impl Read for Body {
             }
             Kind::Reader(r) => r.read(buf),
             Kind::Incoming(i) => i.lock().read(buf),
+            Kind::H2(r) => r.read(buf),
         }
     }
 }
@@ -126,7 +135,7 @@ impl std::fmt::Debug for Body {
         match &self.kind {
             Kind::Full(b) => write!(f, "Body({} bytes)", b.len()),
             Kind::Reader(_) => f.write_str("Body(stream)"),
-            Kind::Incoming(_) => f.write_str("Body(incoming)"),
+            Kind::Incoming(_) | Kind::H2(_) => f.write_str("Body(incoming)"),
         }
     }
 }

@@ -41,6 +41,25 @@ pub struct ServerConfig {
     /// request that has no body, for a handler that waits long to see its
     /// client leave. Default off (it costs an allocation per request).
     pub watch_client_gone: bool,
+    /// Speak HTTP/2 over TLS when the client offers it (ALPN `h2`).
+    /// Default on.
+    pub http2: bool,
+    /// Speak HTTP/2 on plain connections that open with its preface
+    /// (h2c with prior knowledge, as `curl --http2-prior-knowledge` and
+    /// gRPC clients do); HTTP/1.1 is served on the same port either way.
+    /// Default on.
+    pub h2c: bool,
+    /// HTTP/2 streams a client may have open at once on one connection
+    /// (and handlers that run at once for it). Default 100.
+    pub h2_max_concurrent_streams: u32,
+    /// Bytes a client may send on one HTTP/2 stream before the handler
+    /// reads them (the stream's flow-control window). Default 1 MiB.
+    pub h2_stream_window: u32,
+    /// The same for all of a connection's streams together. Default 1 MiB.
+    pub h2_connection_window: u32,
+    /// Response bytes buffered per HTTP/2 stream before its handler waits
+    /// for the client to take them. Default 400 KiB.
+    pub h2_max_send_buffer: usize,
 }
 
 impl Default for ServerConfig {
@@ -56,6 +75,12 @@ impl Default for ServerConfig {
             write_timeout: Duration::from_secs(30),
             max_connections: 10_000,
             watch_client_gone: false,
+            http2: true,
+            h2c: true,
+            h2_max_concurrent_streams: 100,
+            h2_stream_window: 1 << 20,
+            h2_connection_window: 1 << 20,
+            h2_max_send_buffer: 400 << 10,
         }
     }
 }
@@ -81,6 +106,12 @@ impl ServerConfig {
         body_deadline: Duration,
         write_timeout: Duration,
         max_connections: usize,
-        watch_client_gone: bool
+        watch_client_gone: bool,
+        http2: bool,
+        h2c: bool,
+        h2_max_concurrent_streams: u32,
+        h2_stream_window: u32,
+        h2_connection_window: u32,
+        h2_max_send_buffer: usize
     );
 }

@@ -31,7 +31,8 @@ use crate::h1::encode::{self, ResponseFraming};
 use crate::h1::framing::BodyFraming;
 use crate::h1::request::{self, parse_request, KnownHost, Limits, RequestBody};
 use crate::read_buf::ReadBuf;
-use crate::stream::{Stream, TlsStream};
+use crate::serving::{Drain, Handler};
+use crate::stream::{Handshaken, Stream};
 
 /// Where a connection is in its request loop (for what a timeout means).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +62,15 @@ pub(crate) struct Conn {
     phase: Phase,
     /// The `Host` value its last request had, checked already.
     known_host: KnownHost,
+    /// No request yet, and HTTP/2 by prior knowledge is allowed: the first
+    /// bytes may be the HTTP/2 preface.
+    may_be_h2c: bool,
+}
+
+/// A connection ready for its first request, in the protocol it speaks.
+pub(crate) enum Established {
+    Http1(Conn),
+    Http2(crate::h2::io::Io),
 }
 
 impl Conn {
@@ -71,6 +81,7 @@ impl Conn {
             out: Vec::new(),
             phase: Phase::Head,
             known_host: KnownHost::default(),
+            may_be_h2c: false,
         }
     }
 
@@ -81,11 +92,13 @@ impl Conn {
         conn: TcpStream,
         tls: Option<Arc<rustls::ServerConfig>>,
         config: &ServerConfig,
-    ) -> Option<Conn> {
+    ) -> Option<Established> {
         let _ = conn.set_nodelay(true);
         let _ = conn.set_write_timeout(Some(config.write_timeout));
         let Some(tls) = tls else {
-            return Some(Conn::new(Stream::Plain(conn)));
+            let mut c = Conn::new(Stream::Plain(conn));
+            c.may_be_h2c = config.h2c;
+            return Some(Established::Http1(c));
         };
         Conn::handshake(conn, tls, config)
     }
@@ -93,17 +106,25 @@ impl Conn {
     /// The TLS half of [`establish`](Self::establish), out of line: its
     /// frames are large, and every stack page a connection's fiber touches
     /// stays resident for the connection's life, so a plain connection must
-    /// not pay for them.
+    /// not pay for them. ALPN chooses the protocol.
     #[inline(never)]
     fn handshake(
         conn: TcpStream,
         tls: Arc<rustls::ServerConfig>,
         config: &ServerConfig,
-    ) -> Option<Conn> {
+    ) -> Option<Established> {
         let _ = conn.set_read_timeout(Some(config.header_read_timeout));
         let session = rustls::ServerConnection::new(tls).ok()?;
-        let stream = TlsStream::handshake(conn, session).ok()?;
-        Some(Conn::new(Stream::Tls(Box::new(stream))))
+        let done = Handshaken::new(conn, session).ok()?;
+        if done.is_h2() && config.http2 {
+            let (tcp, session, early) = done.into_parts();
+            return Some(Established::Http2(crate::h2::io::Io::tls(
+                tcp, session, early,
+            )));
+        }
+        Some(Established::Http1(Conn::new(Stream::Tls(Box::new(
+            done.into_stream(),
+        )))))
     }
 
     /// Lets the handler of `req` see its client leave (see `gone`). Out of
@@ -126,9 +147,9 @@ impl Conn {
     pub(crate) fn serve(
         mut self,
         config: &ServerConfig,
-        handler: &(dyn Fn(Request<Body>) -> Response<Body> + Send + Sync),
+        handler: &Arc<Handler>,
         idle: &std::sync::atomic::AtomicBool,
-        draining: &std::sync::atomic::AtomicBool,
+        drain: &Drain,
     ) {
         // `idle` is stored only when it changes: a pipelined batch is
         // served without touching it (each store is a full barrier). The
@@ -139,7 +160,7 @@ impl Conn {
                 is_idle = !is_idle;
                 idle.store(is_idle, Ordering::SeqCst);
             }
-            if draining.load(Ordering::SeqCst) && self.buf.is_empty() {
+            if drain.is_set() && self.buf.is_empty() {
                 let _ = self.flush();
                 return; // draining: no new request on an idle connection
             }
@@ -158,6 +179,7 @@ impl Conn {
                     return;
                 }
                 Head::Error(status) => return self.answer_error(status),
+                Head::Http2 => return self.into_h2(config, handler, idle, drain),
             };
             let is_head = req.method() == Method::HEAD;
             let is_connect = req.method() == Method::CONNECT;
@@ -211,7 +233,7 @@ impl Conn {
             // out without framing and the connection closes, so nothing after
             // it is read as HTTP.
             let tunnel = is_connect && response.status().is_success();
-            let keep = keep_alive && !tunnel && !draining.load(Ordering::SeqCst);
+            let keep = keep_alive && !tunnel && !drain.is_set();
             self.phase = Phase::Write;
             if self
                 .write_response(response, version, is_head || tunnel, keep, tunnel)
@@ -240,6 +262,31 @@ impl Conn {
         }
     }
 
+    /// The client opened with the HTTP/2 preface: the connection is
+    /// HTTP/2's from here, with what was read so far. Never busy-idle: a
+    /// drain reaches it as a GOAWAY, not a cancel.
+    #[inline(never)] // off the frame the handler runs under (see `serve`)
+    fn into_h2(
+        self,
+        config: &ServerConfig,
+        handler: &Arc<Handler>,
+        idle: &std::sync::atomic::AtomicBool,
+        drain: &Drain,
+    ) {
+        idle.store(false, Ordering::SeqCst);
+        let prefix = bytes::Bytes::copy_from_slice(self.buf.bytes());
+        let Ok(Stream::Plain(tcp)) = Arc::try_unwrap(self.stream) else {
+            return; // only a plain connection with no request yet gets here
+        };
+        let _ = tcp.set_read_timeout(None);
+        crate::h2::server::serve(
+            crate::h2::io::Io::plain(tcp, prefix),
+            config,
+            handler,
+            drain,
+        );
+    }
+
     /// Writes what is pending.
     fn flush(&mut self) -> io::Result<()> {
         flush_to(&self.stream, &mut self.out)
@@ -261,6 +308,7 @@ impl Conn {
     fn read_head(&mut self, config: &ServerConfig, request: &mut Request<Body>) -> Head {
         let (conn, buf, out) = (&self.stream, &mut self.buf, &mut self.out);
         let known_host = &mut self.known_host;
+        let may_be_h2c = &mut self.may_be_h2c;
         // Idle until the head's first byte, then Head.
         let phase = &mut self.phase;
         *phase = if buf.is_empty() {
@@ -270,7 +318,25 @@ impl Conn {
         };
         let mut deadline = None;
         loop {
-            if !buf.is_empty() {
+            if *may_be_h2c && !buf.is_empty() {
+                match crate::h2::starts_with_preface(buf.bytes()) {
+                    Some(true) => return Head::Http2,
+                    // Not the preface. Once the first line is in: a line
+                    // shaped as a request's but with no HTTP version is a
+                    // broken HTTP/2 preface as far as anyone can tell, and
+                    // an HTTP/1.1 answer would be noise to such a client,
+                    // so it is closed without one; else HTTP/1.1 it is.
+                    Some(false) => match buf.bytes().iter().position(|&b| b == b'\n') {
+                        Some(end) if request::is_foreign_request_line(&buf.bytes()[..end]) => {
+                            return Head::Closed
+                        }
+                        Some(_) => *may_be_h2c = false,
+                        None => {}
+                    },
+                    None => {} // a prefix of it: read on
+                }
+            }
+            if !buf.is_empty() && !*may_be_h2c {
                 match parse(conn, buf, config, request, known_host) {
                     Ok(Some(h)) => return h,
                     Ok(None) => {}
@@ -407,6 +473,8 @@ enum Head {
     Request(bool, Option<Arc<spindle::sync::Mutex<Incoming>>>),
     Closed,
     Error(StatusCode),
+    /// The HTTP/2 preface on a plain connection's first bytes.
+    Http2,
 }
 
 /// Most bytes read and dropped after an error response before the close.

@@ -46,8 +46,10 @@ mod error;
 pub mod fuzzing;
 mod gone;
 mod h1;
+mod h2;
 mod read_buf;
 mod server;
+mod serving;
 mod stream;
 pub mod tls;
 

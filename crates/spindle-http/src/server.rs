@@ -36,7 +36,8 @@ use spindle::net::{AcceptLoop, AcceptMode, Acceptor, TcpListener};
 
 use crate::body::Body;
 use crate::config::ServerConfig;
-use crate::conn::Conn;
+use crate::conn::{Conn, Established};
+use crate::serving::{Drain, Handler};
 
 /// An HTTP/1.1 server whose handlers are ordinary functions run on the
 /// connection's fiber: they may read the body, sleep, call other servers.
@@ -58,7 +59,7 @@ pub struct Server {
 /// What a [`ServerHandle`] sees of a running server.
 #[derive(Default)]
 struct ServerState {
-    draining: std::sync::atomic::AtomicBool,
+    drain: Drain,
     /// The accept loops' fibers, for `drain` to stop them.
     accept_fibers: Mutex<Vec<spindle::Fiber>>,
     /// Open connections: their fiber and whether they sit idle between
@@ -83,7 +84,7 @@ impl ServerHandle {
     /// after the response) until `deadline`, then cancels what is left.
     /// Returns how many connections had to be cancelled.
     pub fn drain(&self, deadline: std::time::Instant) -> usize {
-        self.state.draining.store(true, Ordering::SeqCst);
+        self.state.drain.set();
         for f in self
             .state
             .accept_fibers
@@ -217,12 +218,13 @@ impl Server {
     where
         H: Fn(Request<Body>) -> Response<Body> + Send + Sync + 'static,
     {
+        let http2 = self.config.http2;
         let shared = Arc::new(Shared {
-            handler: Box::new(handler),
+            handler: Arc::new(handler),
             config: self.config,
             open: AtomicUsize::new(0),
             state: self.state,
-            tls: self.tls,
+            tls: self.tls.map(|tls| crate::tls::server_alpn(tls, http2)),
         });
         self.acceptor
             .run(move |accepting| shared.accept_loop(accepting))
@@ -231,7 +233,7 @@ impl Server {
 
 /// What every accept loop of one server shares.
 struct Shared {
-    handler: Box<dyn Fn(Request<Body>) -> Response<Body> + Send + Sync>,
+    handler: Arc<Handler>,
     config: ServerConfig,
     /// Connections open, for `max_connections`.
     open: AtomicUsize,
@@ -251,12 +253,12 @@ impl Shared {
                 .push(me);
         }
         loop {
-            if state.draining.load(Ordering::SeqCst) {
+            if state.drain.is_set() {
                 return Ok(());
             }
             let (conn, _) = match accepting.accept() {
                 Ok(c) => c,
-                Err(_) if state.draining.load(Ordering::SeqCst) => return Ok(()),
+                Err(_) if state.drain.is_set() => return Ok(()),
                 Err(e) if spindle::is_cancelled(&e) => return Err(e),
                 Err(e) => {
                     // EMFILE and friends: back off a moment and go on.
@@ -298,10 +300,16 @@ impl Shared {
                 let id = spindle::current().map(|f| f.id()).unwrap_or(0);
                 let shared = Unregister(shared, id);
                 let s = &shared.0;
-                let Some(conn) = Conn::establish(conn, s.tls.clone(), &s.config) else {
-                    return; // a failed handshake: this connection only
-                };
-                conn.serve(&s.config, &*s.handler, &idle2, &s.state.draining);
+                match Conn::establish(conn, s.tls.clone(), &s.config) {
+                    Some(Established::Http1(conn)) => {
+                        conn.serve(&s.config, &s.handler, &idle2, &s.state.drain)
+                    }
+                    Some(Established::Http2(io)) => {
+                        idle2.store(false, Ordering::SeqCst);
+                        crate::h2::server::serve(io, &s.config, &s.handler, &s.state.drain)
+                    }
+                    None => {} // a failed handshake: this connection only
+                }
             });
             match spawned {
                 Ok(h) => {

@@ -87,34 +87,22 @@ impl Write for &Stream {
 /// How many ciphertext bytes one socket read takes: a full TLS record.
 const RECORD_BYTES: usize = 16 * 1024 + 256;
 
-/// A TLS session over a TCP stream, split so that one reader and one
-/// writer can proceed at once (see the module comment).
-pub(crate) struct TlsStream {
-    tcp: TcpStream,
-    session: SessionLock<rustls::Connection>,
-    /// Ciphertext read from the socket but not yet taken by the session.
-    reading: Mutex<Pending>,
-    /// Records sealed by the session, reused between writes.
-    writing: Mutex<Vec<u8>>,
+/// A TLS session whose handshake is done, before it is put to use: as
+/// the split HTTP/1.1 stream, or whole for HTTP/2 (chosen by ALPN).
+pub(crate) struct Handshaken {
+    pub(crate) tcp: TcpStream,
+    pub(crate) session: rustls::Connection,
+    /// Ciphertext read past the handshake.
+    pending: Pending,
+    out: Vec<u8>,
 }
 
-#[derive(Default)]
-struct Pending {
-    bytes: Vec<u8>,
-    start: usize,
-}
-
-fn tls_error(e: rustls::Error) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, e)
-}
-
-impl TlsStream {
-    /// Completes the handshake of `session` over `tcp` (reads wait up to
-    /// `tcp`'s read timeout each), then returns the split stream.
-    pub(crate) fn handshake(
+impl Handshaken {
+    /// Runs the handshake (see [`TlsStream::handshake`]).
+    pub(crate) fn new(
         tcp: TcpStream,
         session: impl Into<rustls::Connection>,
-    ) -> io::Result<TlsStream> {
+    ) -> io::Result<Handshaken> {
         let mut session = session.into();
         let mut pending = Pending::default();
         let mut out = Vec::new();
@@ -148,12 +136,66 @@ impl TlsStream {
                 return Err(e);
             }
         }
-        Ok(TlsStream {
+        Ok(Handshaken {
             tcp,
-            session: SessionLock::new(session),
-            reading: Mutex::new(pending),
-            writing: Mutex::new(out),
+            session,
+            pending,
+            out,
         })
+    }
+
+    /// Whether the peers agreed on HTTP/2 (ALPN `h2`).
+    pub(crate) fn is_h2(&self) -> bool {
+        self.session.alpn_protocol() == Some(b"h2")
+    }
+
+    /// The split stream HTTP/1.1 reads and writes.
+    pub(crate) fn into_stream(self) -> TlsStream {
+        TlsStream {
+            tcp: self.tcp,
+            session: SessionLock::new(self.session),
+            reading: Mutex::new(self.pending),
+            writing: Mutex::new(self.out),
+        }
+    }
+
+    /// The socket, the session and the ciphertext read past the
+    /// handshake, for a driver that owns them whole.
+    pub(crate) fn into_parts(self) -> (TcpStream, rustls::Connection, bytes::Bytes) {
+        let early = bytes::Bytes::copy_from_slice(&self.pending.bytes[self.pending.start..]);
+        (self.tcp, self.session, early)
+    }
+}
+
+/// A TLS session over a TCP stream, split so that one reader and one
+/// writer can proceed at once (see the module comment).
+pub(crate) struct TlsStream {
+    tcp: TcpStream,
+    session: SessionLock<rustls::Connection>,
+    /// Ciphertext read from the socket but not yet taken by the session.
+    reading: Mutex<Pending>,
+    /// Records sealed by the session, reused between writes.
+    writing: Mutex<Vec<u8>>,
+}
+
+#[derive(Default)]
+struct Pending {
+    bytes: Vec<u8>,
+    start: usize,
+}
+
+fn tls_error(e: rustls::Error) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+impl TlsStream {
+    /// Completes the handshake of `session` over `tcp` (reads wait up to
+    /// `tcp`'s read timeout each), then returns the split stream.
+    pub(crate) fn handshake(
+        tcp: TcpStream,
+        session: impl Into<rustls::Connection>,
+    ) -> io::Result<TlsStream> {
+        Handshaken::new(tcp, session).map(Handshaken::into_stream)
     }
 
     fn lock_session(&self) -> std::sync::MutexGuard<'_, rustls::Connection> {

@@ -24,6 +24,7 @@ pub use rustls;
 
 /// The ALPN protocol both sides offer: HTTP/1.1 only.
 const ALPN_HTTP11: &[u8] = b"http/1.1";
+const ALPN_H2: &[u8] = b"h2";
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     static PROVIDER: OnceLock<Arc<rustls::crypto::CryptoProvider>> = OnceLock::new();
@@ -37,7 +38,9 @@ fn invalid(what: impl std::fmt::Display) -> io::Error {
 }
 
 /// A server configuration from a PEM certificate chain (leaf first) and a
-/// PEM private key (PKCS#8, PKCS#1 or SEC1), offering ALPN `http/1.1`.
+/// PEM private key (PKCS#8, PKCS#1 or SEC1), offering ALPN `h2` then
+/// `http/1.1` (a server with [`ServerConfig::http2`](crate::ServerConfig)
+/// off offers only `http/1.1`).
 ///
 /// ```no_run
 /// let cert = std::fs::read("cert.pem").unwrap();
@@ -64,8 +67,37 @@ pub fn server_config_from_pem(
         .with_no_client_auth()
         .with_single_cert(chain, key)
         .map_err(|e| invalid(format!("certificate and key: {e}")))?;
-    config.alpn_protocols = vec![ALPN_HTTP11.to_vec()];
+    config.alpn_protocols = vec![ALPN_H2.to_vec(), ALPN_HTTP11.to_vec()];
     Ok(Arc::new(config))
+}
+
+/// The server's ALPN offer as its HTTP/2 switch says: `h2` (first) only
+/// when it is on; `http/1.1` always. A configuration that offers nothing
+/// gets both: the server knows what it speaks.
+pub(crate) fn server_alpn(
+    config: Arc<rustls::ServerConfig>,
+    http2: bool,
+) -> Arc<rustls::ServerConfig> {
+    let offers_h2 = config.alpn_protocols.iter().any(|p| p == ALPN_H2);
+    let fits = if config.alpn_protocols.is_empty() {
+        false
+    } else {
+        offers_h2 == http2
+    };
+    if fits {
+        return config;
+    }
+    let mut config = (*config).clone();
+    if config.alpn_protocols.is_empty() {
+        config.alpn_protocols = vec![ALPN_H2.to_vec(), ALPN_HTTP11.to_vec()];
+    }
+    if http2 && !config.alpn_protocols.iter().any(|p| p == ALPN_H2) {
+        config.alpn_protocols.insert(0, ALPN_H2.to_vec());
+    }
+    if !http2 {
+        config.alpn_protocols.retain(|p| p != ALPN_H2);
+    }
+    Arc::new(config)
 }
 
 /// [`server_config_from_pem`] reading the two PEM files.

@@ -119,11 +119,30 @@ fn curl_over_tls_with_alpn_keep_alive_and_chunked_upload() {
     let resolve = format!("localhost:{}:127.0.0.1", addr.port());
     let ca = pki.path("ca.pem");
 
-    // Two requests on one connection; ALPN settles on http/1.1.
-    let (ok, out, err) = curl(&["-v", "--cacert", &ca, "--resolve", &resolve, &url, &url]);
+    // Two requests on one connection; ALPN settles on http/1.1 when the
+    // client offers only that...
+    let (ok, out, err) = curl(&[
+        "-v",
+        "--http1.1",
+        "--cacert",
+        &ca,
+        "--resolve",
+        &resolve,
+        &url,
+        &url,
+    ]);
     assert!(ok, "curl failed: {err}");
     assert_eq!(out, "GET /hello 0GET /hello 0");
     assert!(err.contains("ALPN: server accepted http/1.1"), "{err}");
+    assert!(
+        err.contains("Re-using existing connection") || err.contains("Reusing existing"),
+        "{err}"
+    );
+    // ...and on h2 when it offers both, as curl does by default.
+    let (ok, out, err) = curl(&["-v", "--cacert", &ca, "--resolve", &resolve, &url, &url]);
+    assert!(ok, "curl failed: {err}");
+    assert_eq!(out, "GET /hello 0GET /hello 0");
+    assert!(err.contains("ALPN: server accepted h2"), "{err}");
     assert!(
         err.contains("Re-using existing connection") || err.contains("Reusing existing"),
         "{err}"

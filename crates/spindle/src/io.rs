@@ -211,6 +211,31 @@ pub(crate) fn wait_fd(
     wait_fd_as(fd, dir, deadline, urgent, Owner::Spindle)
 }
 
+/// The poll form of [`wait_fd`] for Spindle's own sockets: `Ready` at once
+/// when an edge is banked, else `cx`'s waker is registered (once, however
+/// often it polls) and woken by the next edge or the fd's close.
+pub(crate) fn poll_fd(fd: RawFd, dir: u8, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    let Some(slot) = slot::slot(fd) else {
+        return Poll::Ready(Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("spindle: fd {fd} is past the netpoller's table"),
+        )));
+    };
+    let registered = worker::with_current(|w| match w {
+        Some(w) => w.sched.poller.register(fd, slot),
+        None => crate::poll::background().poller.register(fd, slot),
+    });
+    if let Err(e) = registered {
+        return Poll::Ready(Err(e));
+    }
+    let mut w = slot.lock();
+    if w.take_bit(dir) {
+        return Poll::Ready(Ok(()));
+    }
+    w.set_waker(dir, cx.waker());
+    Poll::Pending
+}
+
 fn wait_fd_as(
     fd: RawFd,
     dir: u8,

@@ -311,6 +311,17 @@ pub(crate) fn too_large(buf: &[u8], max_head_bytes: usize) -> StatusCode {
     }
 }
 
+/// Whether a first line (without its line feed) has a request line's
+/// three parts but a last one that is no HTTP version: `INVALID
+/// CONNECTION PREFACE` is such, `GET / HTTP/1.1`, `PRI * HTTP/2.0` (a 505)
+/// and `GARBAGE` (a 400) are not.
+pub(crate) fn is_foreign_request_line(line: &[u8]) -> bool {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let parts = line.split(|&b| b == b' ').filter(|p| !p.is_empty()).count();
+    let version = line.rsplit(|&b| b == b' ').next().unwrap_or(line);
+    parts == 3 && !version.starts_with(b"HTTP/")
+}
+
 /// [`parse_request`] into a fresh request, for tests.
 #[cfg(test)]
 pub(crate) fn parse_fresh(
@@ -327,6 +338,15 @@ pub(crate) fn parse_fresh(
 #[cfg(test)]
 mod header_slot_tests {
     use super::*;
+
+    #[test]
+    fn a_foreign_request_line_has_three_parts_and_no_http_version() {
+        assert!(!is_foreign_request_line(b"GET / HTTP/1.1\r"));
+        assert!(!is_foreign_request_line(b"PRI * HTTP/2.0"));
+        assert!(is_foreign_request_line(b"INVALID CONNECTION PREFACE\r"));
+        assert!(!is_foreign_request_line(b"GARBAGE\r"));
+        assert!(!is_foreign_request_line(b""));
+    }
 
     fn head_with(headers: usize) -> Vec<u8> {
         let mut head = String::from("GET / HTTP/1.1\r\nHost: x\r\n");

@@ -255,6 +255,30 @@ impl<S: AsRawFd + IntoRawFd> Timed<S> {
         self.reading(probe).map(|_| ())
     }
 
+    /// One read-side attempt that never waits (`WouldBlock` instead), for
+    /// a poll-based caller that waits through [`poll_ready`](Self::poll_ready).
+    /// A stream read's "drained" hint is dropped: this caller keeps its
+    /// own account of readiness.
+    pub(crate) fn try_reading<T>(&self, op: impl FnOnce(&S) -> io::Result<T>) -> io::Result<T> {
+        self.drained.store(false, Ordering::Relaxed);
+        op(self.get())
+    }
+
+    /// Readiness of this socket in `dir`, as a poll: `Ready` when an edge
+    /// is banked (or the read side closed), else the waker is kept until
+    /// the next edge. Follows a `WouldBlock`, as every wait here does.
+    pub(crate) fn poll_ready(
+        &self,
+        dir: Dir,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        let d = match dir {
+            Dir::Read => READ,
+            Dir::Write => WRITE,
+        };
+        crate::io::poll_fd(self.fd(), d, cx)
+    }
+
     /// Same for a write-side operation, under the write deadline.
     pub(crate) fn writing<T>(&self, mut op: impl FnMut(&S) -> io::Result<T>) -> io::Result<T> {
         retry(

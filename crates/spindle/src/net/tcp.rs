@@ -3,6 +3,7 @@
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Socket, Type};
@@ -348,6 +349,80 @@ impl TcpStream {
     /// ```
     pub fn try_peek(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.sock.get().peek(buf)
+    }
+
+    /// Reads without waiting: `WouldBlock` when nothing has arrived. With
+    /// [`poll_read_ready`](Self::poll_read_ready), for code that drives the
+    /// socket from a `Future` (an `AsyncRead` adapter) rather than a fiber.
+    ///
+    /// ```
+    /// use std::io::{ErrorKind, Write};
+    /// spindle::run(|| {
+    ///     let l = spindle::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    ///     let c = spindle::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    ///     let (mut s, _) = l.accept().unwrap();
+    ///     let mut buf = [0u8; 8];
+    ///     assert_eq!(c.try_read(&mut buf).unwrap_err().kind(), ErrorKind::WouldBlock);
+    ///     s.write_all(b"hi").unwrap();
+    ///     spindle::block_on(std::future::poll_fn(|cx| c.poll_read_ready(cx))).unwrap();
+    ///     assert_eq!(c.try_read(&mut buf).unwrap(), 2);
+    /// });
+    /// ```
+    pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.sock.try_reading(|mut sock| Read::read(&mut sock, buf))
+    }
+
+    /// Writes without waiting: `WouldBlock` when the send buffer is full.
+    ///
+    /// ```
+    /// spindle::run(|| {
+    ///     let l = spindle::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    ///     let c = spindle::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    ///     assert_eq!(c.try_write(b"hello").unwrap(), 5);
+    /// });
+    /// ```
+    pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        Write::write(&mut self.sock.get(), buf)
+    }
+
+    /// [`try_write`](Self::try_write) from several buffers at once.
+    ///
+    /// ```
+    /// use std::io::IoSlice;
+    /// spindle::run(|| {
+    ///     let l = spindle::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    ///     let c = spindle::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    ///     let n = c.try_write_vectored(&[IoSlice::new(b"he"), IoSlice::new(b"llo")]).unwrap();
+    ///     assert_eq!(n, 5);
+    /// });
+    /// ```
+    pub fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        Write::write_vectored(&mut self.sock.get(), bufs)
+    }
+
+    /// Polls for read readiness, after a [`try_read`](Self::try_read) that
+    /// answered `WouldBlock`: `Ready` when bytes (or the peer's close) may
+    /// be there, else `cx`'s waker is woken by the netpoller when they
+    /// are. A poll after a non-`WouldBlock` read may be answered `Ready`
+    /// for data already taken: read again, at worst one `WouldBlock` more.
+    /// See [`try_read`](Self::try_read) for an example.
+    pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.sock.poll_ready(Dir::Read, cx)
+    }
+
+    /// Polls for write readiness, after a [`try_write`](Self::try_write)
+    /// that answered `WouldBlock` (see [`poll_read_ready`](Self::poll_read_ready)).
+    ///
+    /// ```
+    /// spindle::run(|| {
+    ///     let l = spindle::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    ///     let c = spindle::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    ///     // Nothing written yet: the first edge says the socket is writable.
+    ///     spindle::block_on(std::future::poll_fn(|cx| c.poll_write_ready(cx))).unwrap();
+    /// });
+    /// ```
+    pub fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.sock.poll_ready(Dir::Write, cx)
     }
 
     /// A second handle to the same connection (a new fd), with the same
