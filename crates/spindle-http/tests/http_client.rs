@@ -194,7 +194,7 @@ fn lying_server(reply: &'static [u8]) -> (std::net::SocketAddr, Arc<AtomicUsize>
 #[test]
 fn a_server_that_lies_about_lengths_gets_an_error_not_a_panic() {
     use spindle_http::ErrorKind::{BodyTooLarge as FileTooLarge, Parse as InvalidData};
-    let cases: [(&str, &'static [u8], spindle_http::ErrorKind); 5] = [
+    let cases: [(&str, &'static [u8], spindle_http::ErrorKind); 6] = [
         (
             "a chunk size of 2^64-1 after a first chunk (past the size cap)",
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\nffffffffffffffff\r\n",
@@ -213,6 +213,11 @@ fn a_server_that_lies_about_lengths_gets_an_error_not_a_panic() {
         (
             "two different lengths",
             b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 2\r\n\r\nhello",
+            InvalidData,
+        ),
+        (
+            "a list of lengths, even equal ones",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\nhello",
             InvalidData,
         ),
         (

@@ -301,6 +301,7 @@ fn malformed_and_smuggling_requests_get_the_right_status_while_others_are_served
         ("http/2.0", b"GET / HTTP/2.0\r\n\r\n".to_vec(), 505),
         ("cl + te", b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n".to_vec(), 400),
         ("two different cl", b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd".to_vec(), 400),
+        ("cl list of equal values", b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3, 3\r\n\r\nabc".to_vec(), 400),
         ("non-numeric cl", b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: abc\r\n\r\n".to_vec(), 400),
         ("signed cl", b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +3\r\n\r\nabc".to_vec(), 400),
         ("te gzip", b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n".to_vec(), 400),
