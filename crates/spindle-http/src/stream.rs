@@ -19,7 +19,7 @@
 //!   records reach the socket in the order the session sealed them.
 //!
 //! The handshake runs before the split, on the fiber that owns the
-//! connection ([`TlsStream::handshake`]), under the caller's read timeout:
+//! connection ([`Handshaken::new`]), under the caller's read timeout:
 //! a peer that stalls mid-handshake, or speaks plain HTTP to a TLS port,
 //! fails that one connection.
 
@@ -98,7 +98,8 @@ pub(crate) struct Handshaken {
 }
 
 impl Handshaken {
-    /// Runs the handshake (see [`TlsStream::handshake`]).
+    /// Completes the handshake of `session` over `tcp` (reads wait up to
+    /// `tcp`'s read timeout each).
     pub(crate) fn new(
         tcp: TcpStream,
         session: impl Into<rustls::Connection>,
@@ -189,15 +190,6 @@ fn tls_error(e: rustls::Error) -> io::Error {
 }
 
 impl TlsStream {
-    /// Completes the handshake of `session` over `tcp` (reads wait up to
-    /// `tcp`'s read timeout each), then returns the split stream.
-    pub(crate) fn handshake(
-        tcp: TcpStream,
-        session: impl Into<rustls::Connection>,
-    ) -> io::Result<TlsStream> {
-        Handshaken::new(tcp, session).map(Handshaken::into_stream)
-    }
-
     fn lock_session(&self) -> std::sync::MutexGuard<'_, rustls::Connection> {
         self.session.lock().unwrap_or_else(|e| e.into_inner())
     }

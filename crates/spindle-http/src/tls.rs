@@ -115,12 +115,13 @@ pub fn server_config_from_pem_files(
     server_config_from_pem(&read(cert_chain.as_ref())?, &read(key.as_ref())?)
 }
 
-/// A client configuration trusting the Mozilla roots of `webpki-roots`:
-/// what [`Client::new`](crate::Client::new) uses. Built once per process.
+/// A client configuration trusting the Mozilla roots of `webpki-roots`,
+/// offering ALPN `h2` then `http/1.1`: what
+/// [`Client::new`](crate::Client::new) uses. Built once per process.
 ///
 /// ```
 /// let config = spindle_http::tls::default_client_config();
-/// assert_eq!(config.alpn_protocols, vec![b"http/1.1".to_vec()]);
+/// assert_eq!(config.alpn_protocols, vec![b"h2".to_vec(), b"http/1.1".to_vec()]);
 /// ```
 pub fn default_client_config() -> Arc<rustls::ClientConfig> {
     static DEFAULT: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
@@ -164,6 +165,26 @@ fn client_config(roots: rustls::RootCertStore) -> io::Result<Arc<rustls::ClientC
         .map_err(invalid)?
         .with_root_certificates(roots)
         .with_no_client_auth();
-    config.alpn_protocols = vec![ALPN_HTTP11.to_vec()];
+    config.alpn_protocols = vec![ALPN_H2.to_vec(), ALPN_HTTP11.to_vec()];
     Ok(Arc::new(config))
+}
+
+/// `config` offering exactly what a client connection may speak: `h2`
+/// then `http/1.1` when `http2`, else `http/1.1` alone. The caller's own
+/// offer is kept when it already fits.
+pub(crate) fn client_alpn(
+    config: Arc<rustls::ClientConfig>,
+    http2: bool,
+) -> Arc<rustls::ClientConfig> {
+    let want: Vec<Vec<u8>> = if http2 {
+        vec![ALPN_H2.to_vec(), ALPN_HTTP11.to_vec()]
+    } else {
+        vec![ALPN_HTTP11.to_vec()]
+    };
+    if config.alpn_protocols == want {
+        return config;
+    }
+    let mut config = (*config).clone();
+    config.alpn_protocols = want;
+    Arc::new(config)
 }

@@ -1,5 +1,6 @@
-//! [`Client`]: HTTP/1.1 requests from fibers (they park) or plain threads
-//! (they block), with a keep-alive connection pool per origin.
+//! [`Client`]: HTTP/1.1 and HTTP/2 requests from fibers (they park) or
+//! plain threads (they block), with a keep-alive connection pool per
+//! origin for HTTP/1.1 and one shared connection per origin for HTTP/2.
 //!
 //! A response is read whole before it is returned, so its connection goes
 //! back to the pool at once. A pooled connection the server has closed
@@ -17,13 +18,17 @@
 //!
 //! - this file: the API, and the retry policy (which failures send a
 //!   request again on a fresh connection).
-//! - `pool.rs`: idle connections by origin.
-//! - `connect.rs`: a new connection, TCP then TLS.
+//! - `pool.rs`: idle HTTP/1.1 connections by origin.
+//! - `h2.rs`: the HTTP/2 connection of each origin, its requests, and
+//!   which of their failures may be sent again.
+//! - `connect.rs`: a new connection, TCP then TLS, in the protocol ALPN
+//!   (or prior knowledge) chose.
 //! - `exchange.rs`: one request and its response on a connection, the
 //!   response body read as the caller reads it.
 
 mod connect;
 mod exchange;
+mod h2;
 mod pool;
 
 use std::io;
@@ -34,13 +39,20 @@ use bytes::Bytes;
 use http::{Method, Request, Response};
 
 use self::exchange::{encode_head, is_no_response, pump_chunked, Conn, Limits};
+use self::h2::{Connections, Failure, Route};
 use self::pool::{origin_of, Origin, Pool};
 use crate::body::Body;
 use crate::error::{Error, ErrorKind};
 use crate::h1::encode;
 use crate::stream::Stream;
 
-/// An HTTP/1.1 client with a connection pool.
+/// An HTTP/1.1 and HTTP/2 client with a connection pool.
+///
+/// Over `https://` it offers HTTP/2 by ALPN and speaks what the server
+/// chooses; every request to an HTTP/2 origin shares one connection (a
+/// stream each, its caller's fiber parked on it). `http://` is HTTP/1.1
+/// unless [`http2_prior_knowledge`](Self::http2_prior_knowledge) says the
+/// server speaks h2c.
 ///
 /// A response's body is read from its connection as the caller reads it
 /// (`Response<Body>` implements `Read` through its body), so a large
@@ -55,7 +67,14 @@ use crate::stream::Stream;
 #[derive(Clone)]
 pub struct Client {
     pool: Pool,
+    h2: Connections,
+    /// The TLS configuration as a new connection offers it (`None`: the
+    /// default roots, offering `h2` and `http/1.1`).
     tls: Option<Arc<rustls::ClientConfig>>,
+    /// The same offering `http/1.1` only, for the HTTP/1.1 pool.
+    tls_http1: Arc<rustls::ClientConfig>,
+    http2: bool,
+    prior_knowledge: bool,
     connect_timeout: Duration,
     limits: Limits,
 }
@@ -73,7 +92,11 @@ impl Client {
     pub fn new() -> Client {
         Client {
             pool: Pool::new(8),
+            h2: Connections::default(),
             tls: None,
+            tls_http1: crate::tls::client_alpn(crate::tls::default_client_config(), false),
+            http2: true,
+            prior_knowledge: false,
             connect_timeout: Duration::from_secs(10),
             limits: Limits {
                 io_timeout: Duration::from_secs(30),
@@ -101,7 +124,35 @@ impl Client {
     /// let client = spindle_http::Client::new().tls_config(config);
     /// ```
     pub fn tls_config(mut self, config: Arc<rustls::ClientConfig>) -> Client {
-        self.tls = Some(config);
+        self.tls_http1 = crate::tls::client_alpn(config.clone(), false);
+        self.tls = Some(crate::tls::client_alpn(config, self.http2));
+        self
+    }
+
+    /// Whether `https://` connections offer HTTP/2 (ALPN `h2`; default
+    /// on). Off, every connection speaks HTTP/1.1.
+    ///
+    /// ```
+    /// let client = spindle_http::Client::new().http2(false);
+    /// # drop(client);
+    /// ```
+    pub fn http2(mut self, on: bool) -> Client {
+        self.http2 = on;
+        let config = self.tls.take().unwrap_or_else(crate::tls::default_client_config);
+        self.tls = Some(crate::tls::client_alpn(config, on));
+        self
+    }
+
+    /// Speak HTTP/2 to `http://` origins without asking first (h2c with
+    /// prior knowledge, as gRPC clients do): for servers known to speak
+    /// it. Default off.
+    ///
+    /// ```
+    /// let client = spindle_http::Client::new().http2_prior_knowledge(true);
+    /// # drop(client);
+    /// ```
+    pub fn http2_prior_knowledge(mut self, on: bool) -> Client {
+        self.prior_knowledge = on;
         self
     }
 
@@ -171,6 +222,53 @@ impl Client {
     /// response, a body over the limit).
     pub fn request(&self, req: Request<Body>) -> Result<Response<Body>, Error> {
         let origin = origin_of(req.uri()).map_err(invalid_request)?;
+        let (https, _, _) = origin;
+        if (https && self.http2) || (!https && self.prior_knowledge) {
+            match self.h2.route(&origin, || self.dial(&origin))? {
+                Route::Http2(conn) => return self.request_h2(conn, req, &origin),
+                Route::Http1(fresh) => return self.request_http1(req, &origin, fresh),
+            }
+        }
+        self.request_http1(req, &origin, None)
+    }
+
+    /// A request on the origin's HTTP/2 connection; sent once more on a
+    /// new one when the protocol says the first try was not processed, or
+    /// it was idempotent and lost with its connection (see `h2.rs`).
+    fn request_h2(
+        &self,
+        conn: self::h2::Connection,
+        req: Request<Body>,
+        origin: &Origin,
+    ) -> Result<Response<Body>, Error> {
+        let (parts, body) = req.into_parts();
+        let again = body.as_bytes().map(|b| Body::from(Bytes::copy_from_slice(b)));
+        let failure = match self::h2::request(&conn, &self.limits, &parts, body) {
+            Ok(response) => return Ok(response),
+            Err(Failure::Other(e)) => return Err(e),
+            Err(f) => f,
+        };
+        let Some(body) = again else {
+            return Err(failure.into_error());
+        };
+        self.h2.forget(origin, &conn);
+        match self.h2.route(origin, || self.dial(origin))? {
+            Route::Http2(conn) => self::h2::request(&conn, &self.limits, &parts, body)
+                .map_err(Failure::into_error),
+            Route::Http1(fresh) => {
+                self.request_http1(Request::from_parts(parts, body), origin, fresh)
+            }
+        }
+    }
+
+    /// A request over HTTP/1.1: on `fresh` if given (a connection just
+    /// dialed), else on a pooled or new one.
+    fn request_http1(
+        &self,
+        req: Request<Body>,
+        origin: &Origin,
+        fresh: Option<Stream>,
+    ) -> Result<Response<Body>, Error> {
         let (parts, body) = req.into_parts();
         let body = match body.as_bytes() {
             Some(b) => Bytes::copy_from_slice(b),
@@ -178,13 +276,13 @@ impl Client {
             // response is read: a server may answer (or start to) before
             // the body is complete, and the body's producer may wait for
             // that answer.
-            None => return self.request_streaming(parts, body, &origin),
+            None => return self.request_streaming(parts, body, origin, fresh),
         };
         let head = encode_head(
             &parts.method,
             &parts.uri,
             &parts.headers,
-            &origin,
+            origin,
             encode::RequestFraming::Length(body.len() as u64),
         )
         .map_err(invalid_request)?;
@@ -192,8 +290,13 @@ impl Client {
         // are in `head`, and the rest is not kept while the answer is
         // awaited (a request parked on a slow server holds just that).
         let method = only_method(parts);
-        if let Some(conn) = self.pool.take_idle(&origin) {
-            match self.exchange(conn, &origin, &head, &body, &method) {
+        if let Some(conn) = fresh {
+            return self
+                .exchange(conn, origin, &head, &body, &method)
+                .map_err(fresh_connection_error);
+        }
+        if let Some(conn) = self.pool.take_idle(origin) {
+            match self.exchange(conn, origin, &head, &body, &method) {
                 Ok(resp) => return Ok(resp),
                 // The request never got through whole: nothing was done
                 // with it, any method may go again on a fresh connection.
@@ -206,8 +309,8 @@ impl Client {
                 Err(e) => return Err(Error::from_exchange(e)),
             }
         }
-        let conn = self.connect(&origin)?;
-        self.exchange(conn, &origin, &head, &body, &method)
+        let conn = self.connect(origin)?;
+        self.exchange(conn, origin, &head, &body, &method)
             .map_err(fresh_connection_error)
     }
 
@@ -220,6 +323,7 @@ impl Client {
         parts: http::request::Parts,
         mut body: Body,
         origin: &Origin,
+        fresh: Option<Stream>,
     ) -> Result<Response<Body>, Error> {
         let head = encode_head(
             &parts.method,
@@ -229,7 +333,10 @@ impl Client {
             encode::RequestFraming::Chunked,
         )
         .map_err(invalid_request)?;
-        let stream = Arc::new(self.connect(origin)?);
+        let stream = Arc::new(match fresh {
+            Some(stream) => stream,
+            None => self.connect(origin)?,
+        });
         let deadline = self.limits.deadline();
         exchange::send(&self.limits, &stream, &head, &[]).map_err(fresh_connection_error)?;
         let pump = stream.clone();
@@ -247,9 +354,19 @@ impl Client {
         .map_err(fresh_connection_error)
     }
 
-    /// A new connection to `origin` (see `connect.rs`).
+    /// A new HTTP/1.1 connection to `origin` (see `connect.rs`).
     fn connect(&self, origin: &Origin) -> Result<Stream, Error> {
-        connect::connect(origin, self.connect_timeout, self.tls.as_ref())
+        connect::connect(origin, self.connect_timeout, Some(&self.tls_http1))
+    }
+
+    /// A new connection to `origin` in whichever protocol it will speak.
+    fn dial(&self, origin: &Origin) -> Result<self::h2::Dialed, Error> {
+        connect::dial(
+            origin,
+            self.connect_timeout,
+            self.tls.as_ref(),
+            self.prior_knowledge,
+        )
     }
 
     /// One exchange on `stream` (see `exchange.rs`), its connection given
