@@ -397,3 +397,145 @@ fn a_panicking_handler_answers_500_on_its_stream_only() {
     assert!(ok, "{err}");
     assert_eq!(out, "fine 200");
 }
+
+// ---- the client ----
+
+/// A misbehaving Python h2c upstream (`tests/h2upstream.py MODE`).
+struct Upstream {
+    child: std::process::Child,
+    port: u16,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Upstream {
+    fn start(mode: &str) -> Upstream {
+        use std::io::BufRead;
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/h2upstream.py");
+        let mut child = Command::new("python3")
+            .args([script, mode])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 runs");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let _ = tx.send(line);
+            }
+        });
+        let first = lines.recv_timeout(Duration::from_secs(20)).unwrap();
+        let port = first.strip_prefix("port=").unwrap().parse().unwrap();
+        Upstream { child, port, lines }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// What it reported so far.
+    fn events(&self) -> Vec<String> {
+        std::thread::sleep(Duration::from_millis(100));
+        self.lines.try_iter().collect()
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn h2c_client() -> spindle_http::Client {
+    spindle_http::Client::new()
+        .http2_prior_knowledge(true)
+        .io_timeout(Duration::from_secs(10))
+}
+
+#[test]
+fn the_client_multiplexes_100_fibers_on_one_h2c_connection() {
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let (addr, handle) = start(&rt, config());
+    let (ok, conns) = rt.run(move || {
+        let client = h2c_client();
+        let url = format!("http://{addr}/slow");
+        let fibers: Vec<_> = (0..100)
+            .map(|_| {
+                let (client, url) = (client.clone(), url.clone());
+                spindle::spawn(move || {
+                    let resp = client.get(&url).unwrap();
+                    assert_eq!(resp.version(), http::Version::HTTP_2);
+                    resp.into_body().into_vec().unwrap() == b"slow"
+                })
+            })
+            .collect();
+        let ok = fibers.into_iter().filter(|f| f.join().unwrap()).count();
+        (ok, handle.connections())
+    });
+    assert_eq!(ok, 100);
+    assert_eq!(conns, 1, "one connection carried all 100 requests");
+}
+
+#[test]
+fn a_client_request_past_goaway_goes_again_on_a_new_connection() {
+    let up = Upstream::start("goaway-after-first");
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let (a, b) = (up.url("/a"), up.url("/b"));
+    let bodies = rt.run(move || {
+        let client = h2c_client();
+        let other = client.clone();
+        let first = spindle::spawn(move || other.get(&a).unwrap().into_body().into_vec().unwrap());
+        let second = client.get(&b).unwrap().into_body().into_vec().unwrap();
+        (first.join().unwrap(), second)
+    });
+    assert_eq!(bodies, (b"GET /a".to_vec(), b"GET /b".to_vec()));
+    let events = up.events();
+    assert_eq!(
+        events.iter().filter(|e| *e == "conn").count(),
+        2,
+        "{events:?}"
+    );
+}
+
+#[test]
+fn a_refused_stream_is_sent_again_even_a_post() {
+    let up = Upstream::start("refuse-first");
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let url = up.url("/p");
+    let body = rt.run(move || {
+        let resp = h2c_client().post(&url, "payload").unwrap();
+        resp.into_body().into_vec().unwrap()
+    });
+    assert_eq!(body, b"POST /p");
+    let events = up.events();
+    assert_eq!(
+        events.iter().filter(|e| e.starts_with("req")).count(),
+        1,
+        "{events:?}"
+    );
+}
+
+#[test]
+fn a_lost_connection_retries_a_get_but_not_a_post() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let up = Upstream::start("die-mid-request");
+    let url = up.url("/g");
+    let body = rt.run(move || {
+        h2c_client()
+            .get(&url)
+            .unwrap()
+            .into_body()
+            .into_vec()
+            .unwrap()
+    });
+    assert_eq!(body, b"GET /g");
+    let up = Upstream::start("die-mid-request");
+    let url = up.url("/p");
+    let err = rt.run(move || h2c_client().post(&url, "x").unwrap_err());
+    assert!(err.is_closed(), "{err}");
+    let events = up.events();
+    assert!(!events.iter().any(|e| e.starts_with("req")), "{events:?}");
+}

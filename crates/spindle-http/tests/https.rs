@@ -345,3 +345,60 @@ fn bad_pem_is_a_clear_error() {
         .unwrap_err();
     assert!(e.to_string().contains("/nonexistent/cert.pem"), "{e}");
 }
+
+#[test]
+fn go_net_http_speaks_h2_over_tls_on_one_connection() {
+    let pki = Pki::new("go");
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let (addr, _, _) = start(&rt, &pki, ServerConfig::default());
+    let url = format!("https://localhost:{}/hello", addr.port());
+    let program = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/go/h2client.go");
+    let cache = std::env::temp_dir().join("spindle-go-cache");
+    let out = Command::new("timeout")
+        .args(["120", "go", "run", program, &url, &pki.path("ca.pem"), "50"])
+        .env("GOCACHE", &cache)
+        .env("GOFLAGS", "-mod=mod")
+        .env("GOPROXY", "off")
+        .env("GODEBUG", "netdns=go")
+        .output()
+        .expect("go runs (Debian's golang-go)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // "localhost" resolves to 127.0.0.1 here (no network name service).
+    assert_eq!(stdout.trim(), "proto=HTTP/2.0 ok=50 conns=1");
+}
+
+#[test]
+fn spindle_client_multiplexes_100_fibers_on_one_h2_connection() {
+    let pki = Pki::new("mux");
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let (addr, _, handle) = start(&rt, &pki, ServerConfig::default());
+    let ca_pem = pki.ca_pem.clone();
+    let (versions, peak) = rt.run(move || {
+        let client =
+            Client::new().tls_config(tls::client_config_with_ca_pem(ca_pem.as_bytes()).unwrap());
+        let url = format!("https://localhost:{}/x", addr.port());
+        let fibers: Vec<_> = (0..100)
+            .map(|_| {
+                let (client, url) = (client.clone(), url.clone());
+                spindle::spawn(move || {
+                    let resp = client.get(&url).unwrap();
+                    let version = resp.version();
+                    assert_eq!(resp.into_body().into_vec().unwrap(), b"GET /x 0");
+                    version
+                })
+            })
+            .collect();
+        let versions: Vec<_> = fibers.into_iter().map(|f| f.join().unwrap()).collect();
+        (versions, handle.connections())
+    });
+    assert!(
+        versions.iter().all(|v| *v == http::Version::HTTP_2),
+        "{versions:?}"
+    );
+    assert_eq!(peak, 1, "one connection carried all 100 requests");
+}

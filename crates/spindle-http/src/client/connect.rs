@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use spindle::net::TcpStream;
 
+use super::h2::Dialed;
 use super::invalid_request;
 use super::pool::Origin;
 use crate::error::{Error, ErrorKind};
-use super::h2::Dialed;
 use crate::stream::{Handshaken, Stream};
 
 /// A new connection to `origin`, TLS handshake done for `https` (with
@@ -43,7 +43,10 @@ pub(super) fn dial(
     let _ = tcp.set_nodelay(true);
     if !https {
         if prior_knowledge {
-            return Ok(Dialed::Http2(crate::h2::io::Io::plain(tcp, bytes::Bytes::new())));
+            return Ok(Dialed::Http2(crate::h2::io::Io::plain(
+                tcp,
+                bytes::Bytes::new(),
+            )));
         }
         return Ok(Dialed::Http1(Stream::Plain(tcp)));
     }

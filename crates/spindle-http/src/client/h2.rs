@@ -154,8 +154,8 @@ fn start(io: Io, slot: std::sync::Weak<Slot>) -> Result<Connection, Error> {
         .max_send_buffer_size(400 << 10)
         .enable_push(false)
         .handshake::<_, Bytes>(io);
-    let (send, driver) = spindle::block_on(handshake)
-        .map_err(|e| Error::new(ErrorKind::Connect, io_error(e)))?;
+    let (send, driver) =
+        spindle::block_on(handshake).map_err(|e| Error::new(ErrorKind::Connect, io_error(e)))?;
     let ended = Arc::new(AtomicBool::new(false));
     let conn = Connection {
         send,
@@ -217,7 +217,9 @@ pub(super) fn request(
 ) -> Result<Response<Body>, Failure> {
     let deadline = limits.request_timeout.map(|t| Instant::now() + t);
     let left = || match deadline {
-        Some(d) => d.saturating_duration_since(Instant::now()).min(limits.io_timeout),
+        Some(d) => d
+            .saturating_duration_since(Instant::now())
+            .min(limits.io_timeout),
         None => limits.io_timeout,
     };
     let mut send = conn.send.clone();
@@ -272,7 +274,10 @@ pub(super) fn request(
         if len > limits.max_response_bytes {
             return Err(Failure::Other(Error::new(
                 ErrorKind::BodyTooLarge,
-                io::Error::new(io::ErrorKind::FileTooLarge, "response body larger than the limit"),
+                io::Error::new(
+                    io::ErrorKind::FileTooLarge,
+                    "response body larger than the limit",
+                ),
             )));
         }
     }

@@ -138,7 +138,10 @@ impl Client {
     /// ```
     pub fn http2(mut self, on: bool) -> Client {
         self.http2 = on;
-        let config = self.tls.take().unwrap_or_else(crate::tls::default_client_config);
+        let config = self
+            .tls
+            .take()
+            .unwrap_or_else(crate::tls::default_client_config);
         self.tls = Some(crate::tls::client_alpn(config, on));
         self
     }
@@ -242,7 +245,9 @@ impl Client {
         origin: &Origin,
     ) -> Result<Response<Body>, Error> {
         let (parts, body) = req.into_parts();
-        let again = body.as_bytes().map(|b| Body::from(Bytes::copy_from_slice(b)));
+        let again = body
+            .as_bytes()
+            .map(|b| Body::from(Bytes::copy_from_slice(b)));
         let failure = match self::h2::request(&conn, &self.limits, &parts, body) {
             Ok(response) => return Ok(response),
             Err(Failure::Other(e)) => return Err(e),
@@ -253,8 +258,9 @@ impl Client {
         };
         self.h2.forget(origin, &conn);
         match self.h2.route(origin, || self.dial(origin))? {
-            Route::Http2(conn) => self::h2::request(&conn, &self.limits, &parts, body)
-                .map_err(Failure::into_error),
+            Route::Http2(conn) => {
+                self::h2::request(&conn, &self.limits, &parts, body).map_err(Failure::into_error)
+            }
             Route::Http1(fresh) => {
                 self.request_http1(Request::from_parts(parts, body), origin, fresh)
             }
