@@ -472,7 +472,11 @@ fn the_client_multiplexes_100_fibers_on_one_h2c_connection() {
                 })
             })
             .collect();
-        let ok = fibers.into_iter().filter(|f| f.join().unwrap()).count();
+        let ok = fibers
+            .into_iter()
+            .map(|f| f.join().unwrap())
+            .filter(|&b| b)
+            .count();
         (ok, handle.connections())
     });
     assert_eq!(ok, 100);
