@@ -10,6 +10,7 @@ use std::sync::Arc;
 use spindle::sync::Mutex;
 
 use bytes::{Buf, Bytes};
+use http::HeaderMap;
 
 use crate::read_buf::ReadBuf;
 use crate::stream::Stream;
@@ -30,6 +31,18 @@ use crate::stream::Stream;
 /// ```
 pub struct Body {
     kind: Kind,
+    /// Trailer fields to send after the body, made when it has been sent.
+    trailers: Option<TrailersFn>,
+}
+
+/// What makes a body's trailer fields once the body has been sent.
+pub(crate) type TrailersFn = Box<dyn FnOnce() -> Option<HeaderMap> + Send>;
+
+/// A body read from a connection that may end with trailer fields (a
+/// client's HTTP/1.1 response body).
+pub(crate) trait Trailing: Read + Send {
+    /// The trailers, once the body has been read to its end.
+    fn take_trailers(&mut self) -> Option<HeaderMap>;
 }
 
 enum Kind {
@@ -38,33 +51,89 @@ enum Kind {
     Incoming(Arc<Mutex<Incoming>>),
     /// An HTTP/2 stream's body.
     H2(Box<RecvBody>),
+    /// A connection's body with trailers of its own.
+    Trailing(Box<dyn Trailing>),
 }
 
 impl Body {
     /// An empty body.
     pub fn empty() -> Body {
-        Body {
-            kind: Kind::Full(Bytes::new()),
-        }
+        Body::of(Kind::Full(Bytes::new()))
     }
 
     /// A body streamed from `reader`, sent with chunked encoding.
     pub fn from_reader(reader: impl Read + Send + 'static) -> Body {
+        Body::of(Kind::Reader(Box::new(reader)))
+    }
+
+    fn of(kind: Kind) -> Body {
         Body {
-            kind: Kind::Reader(Box::new(reader)),
+            kind,
+            trailers: None,
         }
+    }
+
+    /// The same body, followed by the trailer fields `trailers` makes once
+    /// the body has been sent (`None`: no trailers after all). They go out
+    /// as HTTP/2 trailers, or in HTTP/1.1's chunked coding (a body with
+    /// trailers is sent chunked); a `HEAD` response or one without content
+    /// drops them. gRPC puts its status there.
+    ///
+    /// ```
+    /// use spindle_http::{Body, http::HeaderMap};
+    /// let mut body = Body::from("data").with_trailers(|| {
+    ///     let mut t = HeaderMap::new();
+    ///     t.insert("grpc-status", "0".parse().unwrap());
+    ///     Some(t)
+    /// });
+    /// assert_eq!(body.trailers().unwrap().unwrap()["grpc-status"], "0");
+    /// ```
+    pub fn with_trailers(
+        mut self,
+        trailers: impl FnOnce() -> Option<HeaderMap> + Send + 'static,
+    ) -> Body {
+        self.trailers = Some(Box::new(trailers));
+        self
+    }
+
+    /// The trailer fields that followed the body, once it has been read to
+    /// its end: an HTTP/2 stream's trailers, an HTTP/1.1 chunked body's
+    /// (without the fields that may not be trailers, such as framing).
+    /// `Ok(None)` before the end, or when there were none. For a body made
+    /// here with [`with_trailers`](Self::with_trailers), what that makes.
+    pub fn trailers(&mut self) -> io::Result<Option<HeaderMap>> {
+        if let Some(make) = self.trailers.take() {
+            return Ok(make());
+        }
+        match &mut self.kind {
+            Kind::Full(_) | Kind::Reader(_) => Ok(None),
+            Kind::Incoming(i) => Ok(i.lock().take_trailers()),
+            Kind::H2(r) if r.is_end() => r.trailers(),
+            Kind::H2(_) => Ok(None),
+            Kind::Trailing(t) => Ok(t.take_trailers()),
+        }
+    }
+
+    /// Whether trailers are to be sent after this body.
+    pub(crate) fn has_trailers(&self) -> bool {
+        self.trailers.is_some()
+    }
+
+    /// The trailers to send after this body, taken out of it.
+    pub(crate) fn take_trailers_fn(&mut self) -> Option<TrailersFn> {
+        self.trailers.take()
+    }
+
+    pub(crate) fn trailing(t: Box<dyn Trailing>) -> Body {
+        Body::of(Kind::Trailing(t))
     }
 
     pub(crate) fn h2(recv: RecvBody) -> Body {
-        Body {
-            kind: Kind::H2(Box::new(recv)),
-        }
+        Body::of(Kind::H2(Box::new(recv)))
     }
 
     pub(crate) fn incoming(i: Arc<Mutex<Incoming>>) -> Body {
-        Body {
-            kind: Kind::Incoming(i),
-        }
+        Body::of(Kind::Incoming(i))
     }
 
     /// The whole body, if it is already in memory.
@@ -89,6 +158,7 @@ impl Body {
             Kind::Reader(_) => false,
             Kind::Incoming(i) => i.lock().is_done(),
             Kind::H2(r) => r.is_end(),
+            Kind::Trailing(_) => false,
         }
     }
 
@@ -103,7 +173,9 @@ impl Body {
         match self.kind {
             Kind::Full(b) => Ok(b),
             Kind::Reader(r) => Err(r),
-            kind @ (Kind::Incoming(_) | Kind::H2(_)) => Err(Box::new(Body { kind })),
+            kind @ (Kind::Incoming(_) | Kind::H2(_) | Kind::Trailing(_)) => {
+                Err(Box::new(Body::of(kind)))
+            }
         }
     }
 }
@@ -120,6 +192,7 @@ impl Read for Body {
             Kind::Reader(r) => r.read(buf),
             Kind::Incoming(i) => i.lock().read(buf),
             Kind::H2(r) => r.read(buf),
+            Kind::Trailing(t) => t.read(buf),
         }
     }
 }
@@ -135,7 +208,7 @@ impl std::fmt::Debug for Body {
         match &self.kind {
             Kind::Full(b) => write!(f, "Body({} bytes)", b.len()),
             Kind::Reader(_) => f.write_str("Body(stream)"),
-            Kind::Incoming(_) | Kind::H2(_) => f.write_str("Body(incoming)"),
+            Kind::Incoming(_) | Kind::H2(_) | Kind::Trailing(_) => f.write_str("Body(incoming)"),
         }
     }
 }
@@ -144,7 +217,7 @@ macro_rules! from_full {
     ($($t:ty),*) => {$(
         impl From<$t> for Body {
             fn from(v: $t) -> Body {
-                Body { kind: Kind::Full(Bytes::from(v)) }
+                Body::of(Kind::Full(Bytes::from(v)))
             }
         }
     )*};
@@ -196,6 +269,11 @@ impl Incoming {
     /// Whether the body was read to its end.
     pub(crate) fn is_done(&self) -> bool {
         self.decoder.is_done()
+    }
+
+    /// The chunked body's trailers, once it was read to its end.
+    pub(crate) fn take_trailers(&mut self) -> Option<HeaderMap> {
+        self.decoder.take_trailers()
     }
 
     /// Sends the `100 Continue` a client waiting with `Expect:
@@ -310,6 +388,7 @@ impl ChunkedError {
 /// client's streamed request body.
 pub(crate) fn write_chunked(
     reader: &mut dyn Read,
+    trailers: Option<TrailersFn>,
     mut out: impl std::io::Write,
 ) -> Result<(), ChunkedError> {
     use crate::h1::encode;
@@ -322,9 +401,10 @@ pub(crate) fn write_chunked(
         let data = encode::CHUNK_PREFIX..encode::CHUNK_PREFIX + room;
         let n = reader.read(&mut buf[data]).map_err(ChunkedError::Read)?;
         if n == 0 {
-            return out
-                .write_all(encode::LAST_CHUNK)
-                .map_err(ChunkedError::Write);
+            let trailers = trailers.and_then(|make| make());
+            let mut last = Vec::new();
+            encode::last_chunk(&mut last, trailers.as_ref());
+            return out.write_all(&last).map_err(ChunkedError::Write);
         }
         let start = encode::frame_chunk_in_place(&mut buf, n);
         out.write_all(&buf[start..encode::CHUNK_PREFIX + n + 2])

@@ -393,7 +393,8 @@ impl Conn {
         tunnel: bool,
     ) -> io::Result<()> {
         let (conn, out) = (&*self.stream, &mut self.out);
-        let (parts, body) = response.into_parts();
+        let (parts, mut body) = response.into_parts();
+        let trailers = body.take_trailers_fn();
         let status = parts.status;
         // RFC 9110 §8.6 and §6.4.1: a 1xx or 204 response has no framing
         // headers at all, and a 304 none of ours (its body is always empty);
@@ -422,6 +423,17 @@ impl Conn {
             return Ok(());
         }
         match body.into_kind() {
+            // Trailers need the chunked coding, even after a body in hand.
+            Ok(full) if trailers.is_some() && version != Version::HTTP_10 => {
+                head(out, ResponseFraming::Chunked);
+                if !is_head {
+                    write_full_chunked(out, &full, trailers);
+                }
+                if out.len() >= 32 * 1024 {
+                    flush_to(conn, out)?;
+                }
+                Ok(())
+            }
             Ok(full) => {
                 head(out, ResponseFraming::Length(full.len() as u64));
                 if !is_head {
@@ -449,10 +461,22 @@ impl Conn {
                 if is_head {
                     return Ok(());
                 }
-                write_chunked(&mut reader, &mut c).map_err(ChunkedError::into_io)
+                write_chunked(&mut reader, trailers, &mut c).map_err(ChunkedError::into_io)
             }
         }
     }
+}
+
+/// A body in hand as one chunk, then the last chunk with `trailers`.
+#[inline(never)]
+fn write_full_chunked(out: &mut Vec<u8>, full: &[u8], trailers: Option<crate::body::TrailersFn>) {
+    if !full.is_empty() {
+        out.extend_from_slice(format!("{:x}\r\n", full.len()).as_bytes());
+        out.extend_from_slice(full);
+        out.extend_from_slice(b"\r\n");
+    }
+    let trailers = trailers.and_then(|make| make());
+    encode::last_chunk(out, trailers.as_ref());
 }
 
 /// An error answer: the status, no body, and the connection closes.

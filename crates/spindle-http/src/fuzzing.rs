@@ -159,7 +159,7 @@ pub fn chunked(input: &[u8]) -> Outcome {
                         buf.extend_from_slice(&body[fed..]);
                         fed = body.len();
                     }
-                    Decoded::Data { .. } => {}
+                    Decoded::Data { .. } | Decoded::Trailer { .. } => {}
                 }
             }
         }

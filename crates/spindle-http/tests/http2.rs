@@ -543,3 +543,111 @@ fn a_lost_connection_retries_a_get_but_not_a_post() {
     let events = up.events();
     assert!(!events.iter().any(|e| e.starts_with("req")), "{events:?}");
 }
+
+// ---- trailers ----
+
+/// Answers with its body's length, and trailers: `grpc-status` and the
+/// request's own trailer `x-sum` echoed as `x-sum-seen`.
+fn trailers_handler(req: Request<Body>) -> Response<Body> {
+    let mut body = req.into_body();
+    let mut data = Vec::new();
+    body.read_to_end(&mut data).unwrap();
+    let seen = body
+        .trailers()
+        .unwrap()
+        .and_then(|t| t.get("x-sum").cloned());
+    let reply = Body::from(format!("{} bytes", data.len())).with_trailers(move || {
+        let mut t = http::HeaderMap::new();
+        t.insert("grpc-status", "0".parse().unwrap());
+        if let Some(v) = seen {
+            t.insert("x-sum-seen", v);
+        }
+        Some(t)
+    });
+    Response::new(reply)
+}
+
+fn start_trailers(rt: &Runtime) -> SocketAddr {
+    rt.run(|| {
+        let server = Server::bind("127.0.0.1:0").unwrap();
+        let addr = server.local_addr().unwrap();
+        spindle::spawn(move || server.serve(trailers_handler));
+        addr
+    })
+}
+
+#[test]
+fn trailers_go_both_ways_over_h2_and_http1() {
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let addr = start_trailers(&rt);
+    for client in [h2c_client(), spindle_http::Client::new()] {
+        let (version, text, trailers) = rt.run(move || {
+            let mut sent = http::HeaderMap::new();
+            sent.insert("x-sum", "abc".parse().unwrap());
+            let body = Body::from_reader(std::io::Cursor::new(vec![7u8; 5000]))
+                .with_trailers(move || Some(sent));
+            let req = Request::post(format!("http://{addr}/")).body(body).unwrap();
+            let resp = client.request(req).unwrap();
+            let version = resp.version();
+            let mut body = resp.into_body();
+            let mut text = String::new();
+            body.read_to_string(&mut text).unwrap();
+            (version, text, body.trailers().unwrap().unwrap())
+        });
+        assert_eq!(text, "5000 bytes", "{version:?}");
+        assert_eq!(trailers["grpc-status"], "0", "{version:?}");
+        assert_eq!(trailers["x-sum-seen"], "abc", "{version:?}");
+    }
+}
+
+#[test]
+fn node_sees_the_h2_trailers_and_a_raw_http1_client_the_chunked_ones() {
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let addr = start_trailers(&rt);
+    let script = format!(
+        r#"
+const c = require('http2').connect('http://{addr}');
+const req = c.request({{ ':path': '/', ':method': 'POST' }}, {{ waitForTrailers: true }});
+req.on('wantTrailers', () => req.sendTrailers({{ 'x-sum': 'xyz' }}));
+req.on('trailers', t => {{ console.log(t['grpc-status'] + ' ' + t['x-sum-seen']); c.close(); }});
+req.on('data', () => {{}});
+req.end('hello');
+"#
+    );
+    let out = Command::new("timeout")
+        .args(["30", "node", "-e", &script])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0 xyz");
+    // HTTP/1.1: a chunked request with a trailer, a chunked answer with them.
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n\
+          3\r\nabc\r\n0\r\nx-sum: q1\r\nContent-Length: 9\r\n\r\n",
+    )
+    .unwrap();
+    let mut got = String::new();
+    s.read_to_string(&mut got).unwrap();
+    assert!(got.contains("transfer-encoding: chunked"), "{got}");
+    // The framing field among the request's trailers was dropped, not used.
+    assert!(
+        got.ends_with("7\r\n3 bytes\r\n0\r\ngrpc-status: 0\r\nx-sum-seen: q1\r\n\r\n"),
+        "{got}"
+    );
+}
+
+#[test]
+fn the_client_reads_an_upstreams_grpc_trailers() {
+    let up = Upstream::start("trailers");
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let url = up.url("/svc.Method");
+    let (body, trailers) = rt.run(move || {
+        let mut body = h2c_client().post(&url, "").unwrap().into_body();
+        let mut text = Vec::new();
+        body.read_to_end(&mut text).unwrap();
+        (text, body.trailers().unwrap().unwrap())
+    });
+    assert_eq!(body, b"POST /svc.Method");
+    assert_eq!(trailers["grpc-status"], "0");
+    assert_eq!(trailers["grpc-message"], "fine");
+}

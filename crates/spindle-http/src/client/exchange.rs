@@ -187,7 +187,7 @@ fn respond(
         give_back: keep_alive.then_some(give_back),
     };
     builder
-        .body(Body::from_reader(reader))
+        .body(Body::trailing(Box::new(reader)))
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
@@ -226,7 +226,8 @@ pub(super) fn encode_head(
 /// part for the whole; if the connection fails, the reader of the
 /// response hears about it.
 pub(super) fn pump_chunked(body: &mut Body, conn: &Stream) {
-    if let Err(ChunkedError::Read(_)) = write_chunked(body, conn) {
+    let trailers = body.take_trailers_fn();
+    if let Err(ChunkedError::Read(_)) = write_chunked(body, trailers, conn) {
         let _ = conn.tcp().shutdown(std::net::Shutdown::Write);
     }
 }
@@ -414,6 +415,12 @@ impl Source for ResponseReader {
 
     fn too_large(&self) -> io::Error {
         too_large()
+    }
+}
+
+impl crate::body::Trailing for ResponseReader {
+    fn take_trailers(&mut self) -> Option<http::HeaderMap> {
+        self.decoder.take_trailers()
     }
 }
 

@@ -233,7 +233,7 @@ pub(super) fn request(
         });
     }
     let head = head_of(parts).map_err(Failure::Other)?;
-    let end = body.is_end();
+    let end = body.is_end() && !body.has_trailers();
     // A body in memory can be sent again; a streamed one cannot.
     let replayable = body.as_bytes().is_some();
     let (response, mut stream) = match send.send_request(head, end) {
@@ -242,7 +242,7 @@ pub(super) fn request(
     };
     if !end {
         if body.as_bytes().is_some() {
-            send_body(&mut stream, body, None, limits.io_timeout)
+            send_body(&mut stream, body, limits.io_timeout)
                 .map_err(|e| classify(e, &parts.method, true))?;
         } else {
             // A streamed body goes out from a fiber of its own while this
@@ -250,7 +250,7 @@ pub(super) fn request(
             let timeout = limits.io_timeout;
             let pump = move || {
                 let mut stream = stream;
-                if send_body(&mut stream, body, None, timeout).is_err() {
+                if send_body(&mut stream, body, timeout).is_err() {
                     stream.send_reset(h2::Reason::CANCEL);
                 }
             };

@@ -151,6 +151,9 @@ pub(crate) enum Decoded {
     /// Body bytes: `input[start..start + len]` (already counted as
     /// consumed).
     Data { start: usize, len: usize },
+    /// One trailer field line, `input[start..start + len]` without its
+    /// CRLF, checked to be `name: value` (already counted as consumed).
+    Trailer { start: usize, len: usize },
     /// Nothing more can be decoded from this input: read more bytes.
     NeedMore,
     /// The body (and its trailers) ended.
@@ -244,6 +247,8 @@ impl Decoder {
                         return Err(ChunkError::TrailersTooLong);
                     }
                     self.state = State::Trailers(seen);
+                    let start = pos - end - 2;
+                    return Ok((pos, Decoded::Trailer { start, len: end }));
                 }
                 State::Done => return Ok((pos, Decoded::Done)),
             }
@@ -270,6 +275,7 @@ pub(crate) fn decode_all(input: &[u8]) -> Result<Option<(Vec<u8>, usize)>, Chunk
                 body.extend_from_slice(&input[pos + start..pos + start + len]);
                 pos += used;
             }
+            Decoded::Trailer { .. } => pos += used,
             Decoded::NeedMore => return Ok(None),
             Decoded::Done => return Ok(Some((body, pos + used))),
         }
@@ -384,7 +390,7 @@ mod tests {
                     buf.extend_from_slice(&input[fed..next]);
                     fed = next;
                 }
-                Decoded::Data { .. } => {}
+                Decoded::Data { .. } | Decoded::Trailer { .. } => {}
             }
         }
     }

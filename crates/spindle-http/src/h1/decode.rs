@@ -54,6 +54,8 @@ pub(crate) struct Decoder {
     what: &'static str,
     /// The body ended at the peer's close rather than by its framing.
     ended_by_close: bool,
+    /// Trailer fields of a chunked body, as they came.
+    trailers: Option<http::HeaderMap>,
 }
 
 impl Decoder {
@@ -71,6 +73,7 @@ impl Decoder {
             left: limit,
             what,
             ended_by_close: false,
+            trailers: None,
         }
     }
 
@@ -83,6 +86,13 @@ impl Decoder {
     /// A body read to its end (or one that never had bytes).
     pub(crate) fn is_done(&self) -> bool {
         matches!(self.kind, Kind::Done)
+    }
+
+    /// The trailer fields the body ended with (a chunked body's; fields
+    /// HTTP/1.1 may not carry there, such as framing, are dropped), once it
+    /// has been read to its end.
+    pub(crate) fn take_trailers(&mut self) -> Option<http::HeaderMap> {
+        self.trailers.take()
     }
 
     /// Whether the body ended at the peer's close: the connection carries
@@ -127,6 +137,11 @@ impl Decoder {
                             src.consume(used);
                             return self.count(src, len);
                         }
+                        chunked::Decoded::Trailer { start, len } => {
+                            let line = &src.buffered()[start..start + len];
+                            keep_trailer(self.trailers.get_or_insert_default(), line);
+                            src.consume(used);
+                        }
                         chunked::Decoded::Done => {
                             src.consume(used);
                             self.kind = Kind::Done;
@@ -165,6 +180,38 @@ impl Decoder {
             }
             None => Err(src.too_large()),
         }
+    }
+}
+
+/// Adds a trailer line (checked to be `name: value`) to `trailers`, unless
+/// its field may not be sent as a trailer (RFC 9110 §6.5.1: framing,
+/// routing, authentication and the like) or is not a valid header.
+fn keep_trailer(trailers: &mut http::HeaderMap, line: &[u8]) {
+    use http::header;
+    let Some(colon) = line.iter().position(|&b| b == b':') else {
+        return;
+    };
+    let Ok(name) = header::HeaderName::from_bytes(&line[..colon]) else {
+        return;
+    };
+    let value = line[colon + 1..].trim_ascii();
+    let forbidden = [
+        header::CONTENT_LENGTH,
+        header::TRANSFER_ENCODING,
+        header::HOST,
+        header::CONNECTION,
+        header::TE,
+        header::TRAILER,
+        header::AUTHORIZATION,
+        header::SET_COOKIE,
+        header::CONTENT_TYPE,
+        header::CONTENT_ENCODING,
+    ];
+    if forbidden.contains(&name) {
+        return;
+    }
+    if let Ok(value) = header::HeaderValue::from_bytes(value) {
+        trailers.append(name, value);
     }
 }
 

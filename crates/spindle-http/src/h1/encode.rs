@@ -163,6 +163,20 @@ pub(crate) fn frame_chunk_in_place(buf: &mut [u8], n: usize) -> usize {
 /// The last chunk of a chunked body, with no trailers.
 pub(crate) const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
 
+/// The last chunk of a chunked body with its trailer section (RFC 9112
+/// §7.1.2): each field on its line, then the empty line.
+pub(crate) fn last_chunk(out: &mut Vec<u8>, trailers: Option<&http::HeaderMap>) {
+    let Some(trailers) = trailers.filter(|t| !t.is_empty()) else {
+        out.extend_from_slice(LAST_CHUNK);
+        return;
+    };
+    out.extend_from_slice(b"0\r\n");
+    for (name, value) in trailers {
+        field(out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
 fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(name);
     out.extend_from_slice(b": ");

@@ -66,6 +66,8 @@ pub(crate) struct RecvBody {
     per_read: Duration,
     deadline: Instant,
     failed: Option<Failed>,
+    /// The data ended (trailers, if any, may follow).
+    data_done: bool,
 }
 
 impl RecvBody {
@@ -87,12 +89,13 @@ impl RecvBody {
             per_read,
             deadline,
             failed,
+            data_done: false,
         }
     }
 
     /// Whether the body has ended (and all of it was read).
     pub(crate) fn is_end(&self) -> bool {
-        self.chunk.is_empty() && self.stream.is_end_stream()
+        self.chunk.is_empty() && (self.data_done || self.stream.is_end_stream())
     }
 
     /// Waits for the trailers, once the data has been read: `None` when
@@ -123,6 +126,7 @@ impl RecvBody {
             Poll::Pending => Poll::Pending,
         })?;
         let Some(data) = data else {
+            self.data_done = true;
             return Ok(false);
         };
         // Taken off the stream: the peer may send that much more.

@@ -37,16 +37,17 @@ pub(crate) fn strip_connection_headers(headers: &mut HeaderMap) {
     }
 }
 
-/// Sends `body` on `send`, then ends the stream (with `trailers` if any).
-/// Each wait for window lasts at most `timeout`.
+/// Sends `body` on `send`, then ends the stream (with the trailers it
+/// carries, if any). Each wait for window lasts at most `timeout`.
 pub(crate) fn send_body(
     send: &mut h2::SendStream<Bytes>,
-    body: Body,
-    trailers: Option<HeaderMap>,
+    mut body: Body,
     timeout: Duration,
 ) -> io::Result<()> {
+    let trailers = body.take_trailers_fn();
+    let ends_with_trailers = trailers.is_some();
     match body.into_kind() {
-        Ok(full) => send_data(send, full, trailers.is_none(), timeout)?,
+        Ok(full) => send_data(send, full, !ends_with_trailers, timeout)?,
         Err(mut reader) => {
             let mut buf = BytesMut::new();
             loop {
@@ -58,7 +59,7 @@ pub(crate) fn send_body(
                     }
                 };
                 if n == 0 {
-                    if trailers.is_none() {
+                    if !ends_with_trailers {
                         send.send_data(Bytes::new(), true).map_err(io_error)?;
                     }
                     break;
@@ -68,8 +69,13 @@ pub(crate) fn send_body(
             }
         }
     }
-    if let Some(trailers) = trailers {
-        send.send_trailers(trailers).map_err(io_error)?;
+    if let Some(make) = trailers {
+        match make() {
+            Some(fields) if !fields.is_empty() => {
+                send.send_trailers(fields).map_err(io_error)?;
+            }
+            _ => send.send_data(Bytes::new(), true).map_err(io_error)?,
+        }
     }
     Ok(())
 }

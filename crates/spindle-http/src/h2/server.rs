@@ -322,11 +322,11 @@ fn send_response(
                 .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
         }
     }
-    let end_now = bodiless || is_head || full == Some(0);
+    let end_now = bodiless || is_head || (full == Some(0) && !body.has_trailers());
     let head = Response::from_parts(parts, ());
     let mut send = respond.send_response(head, end_now).map_err(io_error)?;
     if end_now {
         return Ok(());
     }
-    send_body(&mut send, body, None, timeout)
+    send_body(&mut send, body, timeout)
 }
