@@ -125,6 +125,13 @@ pub(crate) struct ServeArgs {
     /// Bind with SO_REUSEPORT, so several spindle processes share the port
     #[arg(long, env = "SPINDLE_REUSE_PORT")]
     pub(crate) reuse_port: bool,
+    /// HTTP/2 over TLS, chosen by ALPN (on/off)
+    #[arg(long, value_name = "ON|OFF", default_value = "on", value_parser = clap::builder::BoolishValueParser::new(), env = "SPINDLE_HTTP2")]
+    pub(crate) http2: bool,
+    /// HTTP/2 on plain connections that open with its preface (h2c with
+    /// prior knowledge, beside HTTP/1.1 on the same port) (on/off)
+    #[arg(long, value_name = "ON|OFF", default_value = "on", value_parser = clap::builder::BoolishValueParser::new(), env = "SPINDLE_H2C")]
+    pub(crate) h2c: bool,
     /// On SIGTERM, keep serving this long with /readyz failing before the
     /// drain starts (time for a load balancer to stop sending)
     #[arg(long, value_name = "SECS", default_value = "0", value_parser = seconds_or_zero, env = "SPINDLE_SHUTDOWN_DELAY")]

@@ -49,6 +49,9 @@ pub struct Metrics {
     wait_registrations: Gauge,
     blocking_threads: Gauge,
     connections: Gauge,
+    /// Requests by the protocol they came in (HTTP/1.0, HTTP/1.1, HTTP/2).
+    protocols: Family<Labels, Counter>,
+    by_protocol: [Counter; 3],
     /// Body bytes read from clients and written to them.
     pub bytes_in: Counter,
     pub bytes_out: Counter,
@@ -93,6 +96,8 @@ impl Metrics {
             wait_registrations: Gauge::default(),
             blocking_threads: Gauge::default(),
             connections: Gauge::default(),
+            protocols: Family::default(),
+            by_protocol: Default::default(),
             bytes_in: Counter::default(),
             bytes_out: Counter::default(),
         };
@@ -179,6 +184,14 @@ impl Metrics {
             m.blocking_threads.clone(),
         );
         r.register(
+            "http_protocol_requests",
+            "HTTP requests by the protocol they came in: HTTP/1.0, HTTP/1.1, HTTP/2",
+            m.protocols.clone(),
+        );
+        m.by_protocol = ["HTTP/1.0", "HTTP/1.1", "HTTP/2"]
+            .map(|p| m.protocols.get_or_create(&labels(&[("protocol", p)])).clone());
+        let r = &mut m.registry;
+        r.register(
             "http_request_body_bytes",
             "Request body bytes handed to handlers",
             m.bytes_in.clone(),
@@ -189,6 +202,16 @@ impl Metrics {
             m.bytes_out.clone(),
         );
         m
+    }
+
+    /// Counts a request by its protocol.
+    pub fn protocol(&self, version: spindle_http::http::Version) {
+        let i = match version {
+            spindle_http::http::Version::HTTP_10 | spindle_http::http::Version::HTTP_09 => 0,
+            spindle_http::http::Version::HTTP_2 => 2,
+            _ => 1,
+        };
+        self.by_protocol[i].inc();
     }
 
     /// The handles for one component and route (`""` for none: a 404).
@@ -294,16 +317,3 @@ impl spindle_wasm::Observer for ComponentObserver {
     }
 }
 
-/// A body reader that counts what passes through it.
-pub struct Counting<R> {
-    pub inner: R,
-    pub counter: Counter,
-}
-
-impl<R: std::io::Read> std::io::Read for Counting<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.counter.inc_by(n as u64);
-        Ok(n)
-    }
-}

@@ -105,6 +105,7 @@ impl App {
         let picked = self.router.pick(req.uri().path());
         let component = picked.map(|r| self.router.routes()[r].1);
         let access = access_fields(&req);
+        self.metrics.protocol(req.version());
         self.count_in(&mut req);
         let (response, metrics) = match (picked, component) {
             (Some(r), Some(c)) => (self.hosts[c].1.handle(req), &self.route_metrics[r]),
@@ -123,10 +124,10 @@ impl App {
                 self.metrics.bytes_in.inc_by(b.len() as u64);
             }
             None => {
+                let counter = self.metrics.bytes_in.clone();
                 let body = std::mem::take(req.body_mut());
-                *req.body_mut() = Body::from_reader(crate::metrics::Counting {
-                    inner: body,
-                    counter: self.metrics.bytes_in.clone(),
+                *req.body_mut() = body.observe(move |n| {
+                    counter.inc_by(n as u64);
                 });
             }
         }
@@ -152,12 +153,14 @@ impl App {
                 self.metrics.bytes_out.inc_by(n as u64);
                 response
             }
-            None => response.map(|body| {
-                Body::from_reader(crate::metrics::Counting {
-                    inner: body,
-                    counter: self.metrics.bytes_out.clone(),
+            None => {
+                let counter = self.metrics.bytes_out.clone();
+                response.map(|body| {
+                    body.observe(move |n| {
+                        counter.inc_by(n as u64);
+                    })
                 })
-            }),
+            }
         };
         if let Some(access) = access {
             let (method, uri) = *access;
@@ -327,7 +330,12 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode, String> {
     };
     // A guest whose client left is stopped (its slot freed), not left to
     // work for nobody.
-    let server = server.config(spindle_http::ServerConfig::default().watch_client_gone(true));
+    let server = server.config(
+        spindle_http::ServerConfig::default()
+            .watch_client_gone(true)
+            .http2(args.http2)
+            .h2c(args.h2c),
+    );
     let addr = server.local_addr().map_err(|e| e.to_string())?;
     let handle = server.handle();
     let ready = Arc::new(AtomicBool::new(true));

@@ -53,6 +53,8 @@ enum Kind {
     H2(Box<RecvBody>),
     /// A connection's body with trailers of its own.
     Trailing(Box<dyn Trailing>),
+    /// Another body, each read reported to an observer.
+    Observed(Box<Body>, Box<dyn FnMut(usize) + Send>),
 }
 
 impl Body {
@@ -107,6 +109,7 @@ impl Body {
         }
         match &mut self.kind {
             Kind::Full(_) | Kind::Reader(_) => Ok(None),
+            Kind::Observed(inner, _) => inner.trailers(),
             Kind::Incoming(i) => Ok(i.lock().take_trailers()),
             Kind::H2(r) if r.is_end() => r.trailers(),
             Kind::H2(_) => Ok(None),
@@ -116,12 +119,40 @@ impl Body {
 
     /// Whether trailers are to be sent after this body.
     pub(crate) fn has_trailers(&self) -> bool {
-        self.trailers.is_some()
+        match &self.kind {
+            Kind::Observed(inner, _) => self.trailers.is_some() || inner.has_trailers(),
+            _ => self.trailers.is_some(),
+        }
     }
 
     /// The trailers to send after this body, taken out of it.
     pub(crate) fn take_trailers_fn(&mut self) -> Option<TrailersFn> {
-        self.trailers.take()
+        match &mut self.kind {
+            Kind::Observed(inner, _) if self.trailers.is_none() => inner.take_trailers_fn(),
+            _ => self.trailers.take(),
+        }
+    }
+
+    /// The same body, `observe` told how many bytes each read of it gave
+    /// (a meter of bytes in or out); its trailers, either way, are kept. A
+    /// body in memory stays one: observe it by its length instead.
+    ///
+    /// ```
+    /// use std::io::Read;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    /// let seen = Arc::new(AtomicUsize::new(0));
+    /// let meter = seen.clone();
+    /// let mut body = spindle_http::Body::from_reader(&b"hello"[..])
+    ///     .observe(move |n| { meter.fetch_add(n, Ordering::Relaxed); });
+    /// body.read_to_end(&mut Vec::new()).unwrap();
+    /// assert_eq!(seen.load(Ordering::Relaxed), 5);
+    /// ```
+    pub fn observe(self, observe: impl FnMut(usize) + Send + 'static) -> Body {
+        if matches!(self.kind, Kind::Full(_)) {
+            return self;
+        }
+        Body::of(Kind::Observed(Box::new(self), Box::new(observe)))
     }
 
     pub(crate) fn trailing(t: Box<dyn Trailing>) -> Body {
@@ -159,6 +190,7 @@ impl Body {
             Kind::Incoming(i) => i.lock().is_done(),
             Kind::H2(r) => r.is_end(),
             Kind::Trailing(_) => false,
+            Kind::Observed(inner, _) => inner.is_end(),
         }
     }
 
@@ -173,7 +205,7 @@ impl Body {
         match self.kind {
             Kind::Full(b) => Ok(b),
             Kind::Reader(r) => Err(r),
-            kind @ (Kind::Incoming(_) | Kind::H2(_) | Kind::Trailing(_)) => {
+            kind @ (Kind::Incoming(_) | Kind::H2(_) | Kind::Trailing(_) | Kind::Observed(..)) => {
                 Err(Box::new(Body::of(kind)))
             }
         }
@@ -193,6 +225,11 @@ impl Read for Body {
             Kind::Incoming(i) => i.lock().read(buf),
             Kind::H2(r) => r.read(buf),
             Kind::Trailing(t) => t.read(buf),
+            Kind::Observed(inner, observe) => {
+                let n = inner.read(buf)?;
+                observe(n);
+                Ok(n)
+            }
         }
     }
 }
@@ -209,6 +246,7 @@ impl std::fmt::Debug for Body {
             Kind::Full(b) => write!(f, "Body({} bytes)", b.len()),
             Kind::Reader(_) => f.write_str("Body(stream)"),
             Kind::Incoming(_) | Kind::H2(_) | Kind::Trailing(_) => f.write_str("Body(incoming)"),
+            Kind::Observed(inner, _) => write!(f, "Observed({inner:?})"),
         }
     }
 }
