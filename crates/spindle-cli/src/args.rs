@@ -75,6 +75,11 @@ pub(crate) struct GuestArgs {
     /// '*' allows any host. May repeat. [default: none]
     #[arg(long, value_name = "LIST", env = "SPINDLE_ALLOW_OUTBOUND")]
     pub(crate) allow_outbound: Vec<String>,
+    /// Plain http:// upstreams known to speak HTTP/2, spoken to in it at
+    /// once (h2c with prior knowledge: gRPC services), comma-separated
+    /// host[:port]. May repeat. (Over TLS, ALPN chooses HTTP/2 by itself.)
+    #[arg(long, value_name = "LIST", env = "SPINDLE_OUTBOUND_H2C")]
+    pub(crate) outbound_h2c: Vec<String>,
     /// Environment variable for the guest (K=V). May repeat.
     #[arg(long, value_name = "K=V", value_parser = key_value)]
     pub(crate) env: Vec<(String, String)>,
@@ -125,12 +130,12 @@ pub(crate) struct ServeArgs {
     /// Bind with SO_REUSEPORT, so several spindle processes share the port
     #[arg(long, env = "SPINDLE_REUSE_PORT")]
     pub(crate) reuse_port: bool,
-    /// HTTP/2 over TLS, chosen by ALPN (on/off)
-    #[arg(long, value_name = "ON|OFF", default_value = "on", value_parser = clap::builder::BoolishValueParser::new(), env = "SPINDLE_HTTP2")]
+    /// HTTP/2 over TLS, chosen by ALPN: on or off
+    #[arg(long, value_name = "ON|OFF", default_value = "on", action = clap::ArgAction::Set, hide_possible_values = true, value_parser = clap::builder::BoolishValueParser::new(), env = "SPINDLE_HTTP2")]
     pub(crate) http2: bool,
     /// HTTP/2 on plain connections that open with its preface (h2c with
-    /// prior knowledge, beside HTTP/1.1 on the same port) (on/off)
-    #[arg(long, value_name = "ON|OFF", default_value = "on", value_parser = clap::builder::BoolishValueParser::new(), env = "SPINDLE_H2C")]
+    /// prior knowledge, beside HTTP/1.1 on the same port): on or off
+    #[arg(long, value_name = "ON|OFF", default_value = "on", action = clap::ArgAction::Set, hide_possible_values = true, value_parser = clap::builder::BoolishValueParser::new(), env = "SPINDLE_H2C")]
     pub(crate) h2c: bool,
     /// On SIGTERM, keep serving this long with /readyz failing before the
     /// drain starts (time for a load balancer to stop sending)
@@ -190,6 +195,9 @@ impl GuestArgs {
         }
         for list in &self.allow_outbound {
             config = config.allow_outbound(list)?;
+        }
+        for list in &self.outbound_h2c {
+            config = config.outbound_h2c(list)?;
         }
         for (k, v) in &self.env {
             config = config.env(k, v);

@@ -13,6 +13,7 @@
 //! timeout = 5                    # seconds
 //! memory_limit = "64M"
 //! allow_outbound = ["example.com:443"]
+//! outbound_h2c = []              # plain upstreams spoken to in HTTP/2
 //! env = { MODE = "production" }
 //! max_instance_concurrency = 1   # WASI 0.3: never interleave requests
 //! max_instance_reuse = 64
@@ -60,6 +61,8 @@ pub struct ComponentSpec {
     pub idle_instance_timeout: Option<f64>,
     #[serde(default)]
     pub allow_outbound: Vec<String>,
+    #[serde(default)]
+    pub outbound_h2c: Vec<String>,
     #[serde(default)]
     pub env: HashMap<String, String>,
 }

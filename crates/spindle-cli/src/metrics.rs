@@ -188,8 +188,11 @@ impl Metrics {
             "HTTP requests by the protocol they came in: HTTP/1.0, HTTP/1.1, HTTP/2",
             m.protocols.clone(),
         );
-        m.by_protocol = ["HTTP/1.0", "HTTP/1.1", "HTTP/2"]
-            .map(|p| m.protocols.get_or_create(&labels(&[("protocol", p)])).clone());
+        m.by_protocol = ["HTTP/1.0", "HTTP/1.1", "HTTP/2"].map(|p| {
+            m.protocols
+                .get_or_create(&labels(&[("protocol", p)]))
+                .clone()
+        });
         let r = &mut m.registry;
         r.register(
             "http_request_body_bytes",
@@ -316,4 +319,3 @@ impl spindle_wasm::Observer for ComponentObserver {
         }
     }
 }
-

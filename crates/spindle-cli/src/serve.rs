@@ -238,6 +238,9 @@ fn component_config(
     for host in &c.allow_outbound {
         config = config.allow_outbound(host).map_err(what)?;
     }
+    for host in &c.outbound_h2c {
+        config = config.outbound_h2c(host).map_err(what)?;
+    }
     for (k, v) in &c.env {
         config = config.env(k, v);
     }

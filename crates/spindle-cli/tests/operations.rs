@@ -5,20 +5,11 @@
 //! configuration from the environment.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{curl, guest, metric, python, spindle, Served};
-
-/// A fresh directory under the system's temporary one.
-fn temp_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("spindle-ops-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
+use common::{curl, guest, metric, python, spindle, temp_dir, test_pki, Served};
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
@@ -140,44 +131,6 @@ fn a_bad_manifest_is_a_clear_startup_error() {
     assert_eq!(out.status.code(), Some(2));
 }
 
-/// A test CA, and a certificate for localhost / 127.0.0.1 signed by it;
-/// plus a key that belongs to neither.
-fn test_pki(dir: &Path) -> (PathBuf, PathBuf, PathBuf, PathBuf) {
-    let sh = |script: &str| {
-        let out = Command::new("sh")
-            .arg("-c")
-            .arg(script)
-            .current_dir(dir)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    sh(
-        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
-        -keyout ca.key -out ca.pem -days 2 -subj /CN=spindle-test-ca 2>/dev/null",
-    );
-    sh(
-        "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
-        -keyout server.key -out server.csr -subj /CN=localhost 2>/dev/null",
-    );
-    sh(
-        "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > ext.cnf && \
-        openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial \
-        -out server.pem -days 2 -extfile ext.cnf 2>/dev/null",
-    );
-    sh("openssl genpkey -algorithm ec -pkeyopt ec_paramgen_curve:prime256v1 -out other.key 2>/dev/null");
-    (
-        dir.join("ca.pem"),
-        dir.join("server.pem"),
-        dir.join("server.key"),
-        dir.join("other.key"),
-    )
-}
-
 #[test]
 fn https_with_curl_and_python_ssl_against_a_test_ca() {
     let dir = temp_dir("tls");
@@ -205,7 +158,7 @@ fn https_with_curl_and_python_ssl_against_a_test_ca() {
         r#"
 import http.client, ssl
 ctx = ssl.create_default_context(cafile="{ca}")
-ctx.set_alpn_protocols(["h2", "http/1.1"])
+ctx.set_alpn_protocols(["http/1.1"])
 c = http.client.HTTPSConnection("localhost", {port}, context=ctx, timeout=10)
 c.request("GET", "/")
 r = c.getresponse()

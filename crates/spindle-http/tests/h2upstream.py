@@ -14,7 +14,9 @@ Modes:
                       REFUSED_STREAM, answers everything else.
   die-mid-request     the first connection reads a request and closes
                       without answering; later ones answer.
-  trailers            answers with a body and a trailer `grpc-status: 0`.
+  trailers            answers with a body and trailers `grpc-status: 0`,
+                      `grpc-message: fine`, and the request's own trailer
+                      `x-sum` echoed as `x-sum-seen`.
 """
 
 import socket
@@ -56,6 +58,8 @@ def serve(sock, is_first):
                     answered = respond(sock, conn, ev.stream_id, heads, is_first, answered)
                     if answered < 0:
                         return
+            elif isinstance(ev, h2.events.TrailersReceived):
+                heads.setdefault(ev.stream_id, {})[b"trailers"] = dict(ev.headers)
             elif isinstance(ev, h2.events.DataReceived):
                 conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
             elif isinstance(ev, h2.events.StreamEnded):
@@ -83,7 +87,11 @@ def respond(sock, conn, sid, heads, is_first, answered):
                       if MODE != "trailers" else [(":status", "200")])
     conn.send_data(sid, body, end_stream=MODE != "trailers")
     if MODE == "trailers":
-        conn.send_headers(sid, [("grpc-status", "0"), ("grpc-message", "fine")], end_stream=True)
+        fields = [("grpc-status", "0"), ("grpc-message", "fine")]
+        seen = h.get(b"trailers", {}).get(b"x-sum")
+        if seen is not None:
+            fields.append(("x-sum-seen", seen.decode()))
+        conn.send_headers(sid, fields, end_stream=True)
     if MODE == "goaway-after-first":
         conn.close_connection(last_stream_id=sid)
         sock.sendall(conn.data_to_send())

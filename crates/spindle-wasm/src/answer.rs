@@ -91,7 +91,7 @@ pub(crate) fn request_body(body: Body) -> wasmtime_wasi_http::p2::body::HyperInc
             .map_err(|never| match never {})
             .boxed_unsync();
     }
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, String>>(4);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, String>>(4);
     let spawned = spindle::Builder::new()
         .name("wasm-body-pump")
         .spawn(move || pump(body, tx));
@@ -105,14 +105,20 @@ pub(crate) fn request_body(body: Body) -> wasmtime_wasi_http::p2::body::HyperInc
 
 /// On its own fiber: reads the request body from the connection, blocking
 /// style, into the channel the guest reads (parking while it is full).
-fn pump(mut body: Body, tx: tokio::sync::mpsc::Sender<Result<Bytes, String>>) {
+fn pump(mut body: Body, tx: tokio::sync::mpsc::Sender<Result<Frame<Bytes>, String>>) {
     loop {
         let mut buf = BytesMut::zeroed(PUMP_CHUNK);
         let item = match body.read(&mut buf) {
-            Ok(0) => return,
+            Ok(0) => {
+                // The client's trailers follow the data, for the guest.
+                if let Ok(Some(trailers)) = body.trailers() {
+                    let _ = spindle::block_on(tx.send(Ok(Frame::trailers(trailers))));
+                }
+                return;
+            }
             Ok(n) => {
                 buf.truncate(n);
-                Ok(buf.freeze())
+                Ok(Frame::data(buf.freeze()))
             }
             Err(e) => Err(e.to_string()),
         };
@@ -124,7 +130,7 @@ fn pump(mut body: Body, tx: tokio::sync::mpsc::Sender<Result<Bytes, String>>) {
 }
 
 struct PumpedBody {
-    rx: tokio::sync::mpsc::Receiver<Result<Bytes, String>>,
+    rx: tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, String>>,
 }
 
 impl http_body::Body for PumpedBody {
@@ -137,7 +143,7 @@ impl http_body::Body for PumpedBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         self.rx.poll_recv(cx).map(|item| {
             item.map(|r| {
-                r.map(Frame::data).map_err(|e| {
+                r.map_err(|e| {
                     wasmtime_wasi_http::Error::InternalError(Some(format!("request body: {e}")))
                 })
             })
@@ -165,11 +171,12 @@ pub(crate) trait Writer {
     fn failed(&mut self, why: &str);
 }
 
-/// The body's next piece: `Ok(None)` at its end; trailers carry no data,
-/// an empty piece.
+/// The body's next piece: `Ok(None)` at its end; trailers, kept in
+/// `trailers`, carry no data: an empty piece.
 fn poll_piece<B, W>(
     body: &mut B,
     writer: &mut W,
+    trailers: &Trailers,
     cx: &mut Context<'_>,
 ) -> Poll<Result<Option<Bytes>, String>>
 where
@@ -179,9 +186,13 @@ where
 {
     writer.drive(cx);
     match Pin::new(body).poll_frame(cx) {
-        Poll::Ready(Some(Ok(frame))) => {
-            Poll::Ready(Ok(Some(frame.into_data().unwrap_or_default())))
-        }
+        Poll::Ready(Some(Ok(frame))) => Poll::Ready(Ok(Some(match frame.into_data() {
+            Ok(data) => data,
+            Err(frame) => {
+                keep_trailers(trailers, frame);
+                Bytes::new()
+            }
+        }))),
         Poll::Ready(Some(Err(e))) => Poll::Ready(Err(format!("response body: {e:?}"))),
         Poll::Ready(None) => Poll::Ready(Ok(None)),
         Poll::Pending => writer.poll_stalled(cx).map(Err),
@@ -206,6 +217,7 @@ where
 pub(crate) fn take_ready<B, W>(
     body: &mut B,
     writer: &mut W,
+    trailers: &Trailers,
     yields: u32,
 ) -> (Bytes, Result<bool, String>)
 where
@@ -223,8 +235,12 @@ where
                 writer.drive(cx);
                 match Pin::new(&mut *body).poll_frame(cx) {
                     Poll::Ready(Some(Ok(frame))) => {
-                        let Ok(data) = frame.into_data() else {
-                            continue; // trailers carry no data
+                        let data = match frame.into_data() {
+                            Ok(data) => data,
+                            Err(frame) => {
+                                keep_trailers(trailers, frame);
+                                continue; // trailers carry no data
+                            }
                         };
                         let len = if first.is_empty() && more.is_none() {
                             first = data;
@@ -269,17 +285,47 @@ pub(crate) struct StreamingBody<B, W> {
     writer: W,
     pending: Bytes,
     done: bool,
+    trailers: Trailers,
 }
 
-impl<B, W> StreamingBody<B, W> {
-    /// The rest of `body`, after `taken` (what [`take_ready`] took).
-    pub(crate) fn new(body: B, writer: W, taken: Bytes) -> StreamingBody<B, W> {
-        StreamingBody {
+impl<B, W> StreamingBody<B, W>
+where
+    B: http_body::Body<Data = Bytes> + Unpin + Send + 'static,
+    B::Error: std::fmt::Debug,
+    W: Writer + Send + 'static,
+{
+    /// The rest of `body`, after `taken` (what [`take_ready`] took, with
+    /// the trailers it saw), as the response's body: read on as the
+    /// connection sends it, then its trailers.
+    pub(crate) fn body(body: B, writer: W, taken: Bytes, trailers: Trailers) -> Body {
+        let sent = trailers.clone();
+        Body::from_reader(StreamingBody {
             body,
             writer,
             pending: taken,
             done: false,
-        }
+            trailers,
+        })
+        .with_trailers(move || sent.lock().unwrap_or_else(|e| e.into_inner()).take())
+    }
+}
+
+/// Trailer fields seen at the end of a body one side reads (a guest's
+/// response, its outgoing request), kept for the side that sends them on.
+pub(crate) type Trailers = std::sync::Arc<std::sync::Mutex<Option<http::HeaderMap>>>;
+
+fn keep_trailers(trailers: &Trailers, frame: Frame<Bytes>) {
+    if let Ok(fields) = frame.into_trailers() {
+        *trailers.lock().unwrap_or_else(|e| e.into_inner()) = Some(fields);
+    }
+}
+
+/// A whole body taken by [`take_ready`], with its trailers if it had some.
+pub(crate) fn whole(taken: Bytes, trailers: &Trailers) -> Body {
+    let body = Body::from(taken);
+    match trailers.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        Some(fields) => body.with_trailers(move || Some(fields)),
+        None => body,
     }
 }
 
@@ -300,8 +346,10 @@ where
             if self.done {
                 return Ok(0);
             }
-            let (body, writer) = (&mut self.body, &mut self.writer);
-            let next = spindle::block_on(std::future::poll_fn(|cx| poll_piece(body, writer, cx)));
+            let (body, writer, trailers) = (&mut self.body, &mut self.writer, &self.trailers);
+            let next = spindle::block_on(std::future::poll_fn(|cx| {
+                poll_piece(body, writer, trailers, cx)
+            }));
             match next {
                 Ok(Some(data)) => self.pending = data,
                 Ok(None) => self.done = true,

@@ -47,7 +47,7 @@ pub fn run_command(wasm: &[u8], args: &[String], config: HostConfig) -> wasmtime
     ));
     let mut wasi = WasiCtx::builder();
     wasi.inherit_stdio().envs(&config.env).args(args);
-    let state = GuestState::new(&config, wasi.build(), spindle_http::Client::new(), tag);
+    let state = GuestState::new(&config, wasi.build(), crate::outbound::Clients::new(), tag);
     let mut store = Store::new(&engine, state);
     store.limiter(|s| &mut s.limits);
     store.set_fuel(u64::MAX)?;

@@ -27,6 +27,7 @@ pub struct HostConfig {
     pub(crate) timeout: Duration,
     /// Shared by every store (a store clones the `Arc`, not the list).
     pub(crate) allow: Arc<AllowList>,
+    pub(crate) outbound_h2c: Arc<AllowList>,
     pub(crate) env: Vec<(String, String)>,
     pub(crate) cache_dir: Option<PathBuf>,
     pub(crate) observer: ObserverSlot,
@@ -68,6 +69,7 @@ impl Default for HostConfig {
             memory_limit: 128 << 20,
             timeout: Duration::from_secs(30),
             allow: Arc::new(AllowList::default()),
+            outbound_h2c: Arc::new(AllowList::default()),
             env: Vec::new(),
             cache_dir: default_cache_dir(),
             observer: ObserverSlot::default(),
@@ -175,6 +177,23 @@ impl HostConfig {
     /// means any port). Several may be given, comma-separated.
     pub fn allow_outbound(mut self, spec: &str) -> Result<Self, String> {
         Arc::make_mut(&mut self.allow).add(spec)?;
+        Ok(self)
+    }
+
+    /// Speaks HTTP/2 at once (h2c with prior knowledge) to these plain
+    /// `http://` origins, `host[:port]` comma-separated as for
+    /// [`allow_outbound`](Self::allow_outbound): for gRPC services and
+    /// other upstreams known to speak it. (Over TLS, ALPN chooses HTTP/2
+    /// with no setting.) Reaching them must still be allowed.
+    ///
+    /// ```
+    /// let config = spindle_wasm::HostConfig::default()
+    ///     .allow_outbound("127.0.0.1:50051").unwrap()
+    ///     .outbound_h2c("127.0.0.1:50051").unwrap();
+    /// # drop(config);
+    /// ```
+    pub fn outbound_h2c(mut self, spec: &str) -> Result<Self, String> {
+        Arc::make_mut(&mut self.outbound_h2c).add(spec)?;
         Ok(self)
     }
 

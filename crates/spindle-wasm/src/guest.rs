@@ -49,7 +49,7 @@ impl GuestState {
     pub(crate) fn new(
         config: &HostConfig,
         wasi: WasiCtx,
-        client: spindle_http::Client,
+        clients: crate::outbound::Clients,
         tag: Tag,
     ) -> GuestState {
         GuestState {
@@ -60,7 +60,8 @@ impl GuestState {
             _live: None,
             hooks: OutboundHooks {
                 allow: config.allow.clone(),
-                client,
+                h2c: config.outbound_h2c.clone(),
+                clients,
                 tag: tag.clone(),
                 background: None,
             },
@@ -92,7 +93,7 @@ impl WasiHttpView for GuestState {
 pub(crate) struct HostInner {
     pub(crate) config: HostConfig,
     pub(crate) pre: Pre,
-    pub(crate) client: spindle_http::Client,
+    pub(crate) clients: crate::outbound::Clients,
     /// Requests running in a guest now.
     pub(crate) running: AtomicUsize,
     /// Requests waiting for a slot.
@@ -149,7 +150,7 @@ pub(crate) fn new_store(host: &HostInner, tag: Arc<str>, args: &[String]) -> Sto
         .envs(&config.env)
         .args(args)
         .monotonic_clock(SpindleClock);
-    let mut state = GuestState::new(config, wasi.build(), host.client.clone(), tag);
+    let mut state = GuestState::new(config, wasi.build(), host.clients.clone(), tag);
     state._live = Some(LiveInstance::new(&host.instances, &host.instances_made));
     let mut store = Store::new(host.pre.engine(), state);
     store.limiter(|s| &mut s.limits);

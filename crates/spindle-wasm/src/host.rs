@@ -67,7 +67,7 @@ impl Host {
         let instances = instance_slots(&config, world);
         let slots = spindle::sync::Semaphore::new(config.max_concurrent);
         let inner = Arc::new(HostInner {
-            client: spindle_http::Client::new(),
+            clients: crate::outbound::Clients::new(),
             running: AtomicUsize::new(0),
             queued: AtomicUsize::new(0),
             slots,

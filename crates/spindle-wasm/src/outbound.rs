@@ -81,10 +81,30 @@ impl AllowList {
     }
 }
 
-/// The hooks a guest store carries: its allow-list and the shared client.
+/// The clients guests' outgoing requests share: HTTP/1.1 or HTTP/2 as
+/// ALPN decides over TLS, and for the plain origins known to speak h2c
+/// (`HostConfig::outbound_h2c`) one that speaks HTTP/2 to them at once.
+#[derive(Clone)]
+pub(crate) struct Clients {
+    pub(crate) client: spindle_http::Client,
+    pub(crate) h2c: spindle_http::Client,
+}
+
+impl Clients {
+    pub(crate) fn new() -> Clients {
+        Clients {
+            client: spindle_http::Client::new(),
+            h2c: spindle_http::Client::new().http2_prior_knowledge(true),
+        }
+    }
+}
+
+/// The hooks a guest store carries: its allow-lists and the shared clients.
 pub(crate) struct OutboundHooks {
     pub(crate) allow: std::sync::Arc<AllowList>,
-    pub(crate) client: spindle_http::Client,
+    /// Plain origins spoken to in HTTP/2 with prior knowledge.
+    pub(crate) h2c: std::sync::Arc<AllowList>,
+    pub(crate) clients: Clients,
     /// A name for the log lines (the request or command).
     pub(crate) tag: crate::log::Tag,
     /// Where a WASI 0.3 instance runs host futures beside its guest; `None`
@@ -185,7 +205,11 @@ impl WasiHttpHooks for OutboundHooks {
             );
             return Box::new(async { Err(HttpError::HttpRequestDenied) });
         }
-        let mut client = self.client.clone();
+        let mut client = if !https && self.h2c.allows(&host, port) {
+            self.clients.h2c.clone()
+        } else {
+            self.clients.client.clone()
+        };
         if let Some(t) = options.as_ref().and_then(|o| o.connect_timeout) {
             client = client.connect_timeout(t);
         }
@@ -319,10 +343,14 @@ fn client_request(job: &mut Outbound) -> Result<http::Request<spindle_http::Body
         // response's head and only then write its body (an echo of the
         // answer back upstream); collecting the body first would wait for
         // that forever.
+        let trailers = crate::answer::Trailers::default();
+        let sent = trailers.clone();
         spindle_http::Body::from_reader(GuestRequestBody {
             body,
             pending: Bytes::new(),
+            trailers,
         })
+        .with_trailers(move || sent.lock().unwrap_or_else(|e| e.into_inner()).take())
     };
     let mut req = http::Request::from_parts(parts, body);
     // wasmtime-wasi-http set `host` from the authority; ours comes from the
@@ -357,14 +385,21 @@ fn drain(body: WasiBody) -> Result<(), HttpError> {
 #[inline(never)]
 fn stream_body(
     mut body: spindle_http::Body,
-    chunks: &tokio::sync::mpsc::Sender<Result<Bytes, HttpError>>,
+    chunks: &tokio::sync::mpsc::Sender<Result<http_body::Frame<Bytes>, HttpError>>,
 ) {
     use std::io::Read;
     let mut buf = vec![0u8; 64 << 10];
     loop {
         let chunk = match body.read(&mut buf) {
-            Ok(0) => return,
-            Ok(n) => Ok(Bytes::copy_from_slice(&buf[..n])),
+            Ok(0) => {
+                // The upstream's trailers (gRPC's status) follow the data.
+                if let Ok(Some(trailers)) = body.trailers() {
+                    let _ =
+                        spindle::block_on(chunks.send(Ok(http_body::Frame::trailers(trailers))));
+                }
+                return;
+            }
+            Ok(n) => Ok(http_body::Frame::data(Bytes::copy_from_slice(&buf[..n]))),
             Err(e) => Err(
                 match e
                     .into_inner()
@@ -387,7 +422,7 @@ fn stream_body(
 
 /// A response body the outbound fiber feeds, chunk by chunk.
 struct ChannelBody {
-    chunks: tokio::sync::mpsc::Receiver<Result<Bytes, HttpError>>,
+    chunks: tokio::sync::mpsc::Receiver<Result<http_body::Frame<Bytes>, HttpError>>,
 }
 
 impl http_body::Body for ChannelBody {
@@ -398,9 +433,7 @@ impl http_body::Body for ChannelBody {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, HttpError>>> {
-        self.chunks
-            .poll_recv(cx)
-            .map(|next| next.map(|chunk| chunk.map(http_body::Frame::data)))
+        self.chunks.poll_recv(cx)
     }
 }
 
@@ -433,6 +466,9 @@ fn io_error_code(e: spindle_http::Error) -> HttpError {
 struct GuestRequestBody {
     body: WasiBody,
     pending: Bytes,
+    /// The guest's trailers, once its body ended with them: the client
+    /// sends them after the body (see `client_request`).
+    trailers: crate::answer::Trailers,
 }
 
 impl std::io::Read for GuestRequestBody {
@@ -446,12 +482,15 @@ impl std::io::Read for GuestRequestBody {
             }));
             match frame {
                 None => return Ok(0),
-                Some(Ok(frame)) => {
-                    // Trailers carry no data: read on.
-                    if let Ok(data) = frame.into_data() {
-                        self.pending = data;
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => self.pending = data,
+                    Err(frame) => {
+                        if let Ok(trailers) = frame.into_trailers() {
+                            *self.trailers.lock().unwrap_or_else(|e| e.into_inner()) =
+                                Some(trailers);
+                        }
                     }
-                }
+                },
                 Some(Err(e)) => return Err(std::io::Error::other(format!("request body: {e:?}"))),
             }
         }

@@ -56,7 +56,8 @@ use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 use wasmtime_wasi_http::WasiHttpView;
 
 use crate::answer::{
-    classify, describe, failure, plain, request_body, take_ready, StreamingBody, Writer,
+    classify, describe, failure, plain, request_body, take_ready, whole, StreamingBody, Trailers,
+    Writer,
 };
 use crate::guest::{new_store, Admission, GuestState, HostInner};
 use crate::report::{Outcome, RequestReport};
@@ -302,15 +303,16 @@ pub(crate) fn handle(proxy: &Arc<ProxyHost>, req: Request<Body>) -> Response<Bod
         }
     };
     let (parts, mut body) = response.into_parts();
-    let (taken, complete) = take_ready(&mut body, &mut exchange, 0);
+    let trailers = Trailers::default();
+    let (taken, complete) = take_ready(&mut body, &mut exchange, &trailers, 0);
     let body = match complete {
         Ok(true) => {
             // The whole body is here; let the guest finish what it does
             // after its response in the background of this request.
             exchange.finish();
-            Body::from(taken)
+            whole(taken, &trailers)
         }
-        Ok(false) => Body::from_reader(StreamingBody::new(body, exchange, taken)),
+        Ok(false) => StreamingBody::body(body, exchange, taken, trailers),
         Err(why) => {
             exchange.fail(why);
             return failure(exchange.outcome);

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -168,4 +168,50 @@ pub fn curl(url: &str, extra: &[&str]) -> (u16, String) {
         .rsplit_once('\n')
         .unwrap_or_else(|| panic!("curl: {}", String::from_utf8_lossy(&out.stderr)));
     (code.parse().unwrap_or(0), body.to_string())
+}
+
+/// A fresh directory under the system's temporary one.
+pub fn temp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("spindle-cli-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A test CA, and a certificate for localhost / 127.0.0.1 signed by it;
+/// plus a key that belongs to neither.
+pub fn test_pki(dir: &Path) -> (PathBuf, PathBuf, PathBuf, PathBuf) {
+    let sh = |script: &str| {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    sh(
+        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -keyout ca.key -out ca.pem -days 2 -subj /CN=spindle-test-ca 2>/dev/null",
+    );
+    sh(
+        "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -keyout server.key -out server.csr -subj /CN=localhost 2>/dev/null",
+    );
+    sh(
+        "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > ext.cnf && \
+        openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial \
+        -out server.pem -days 2 -extfile ext.cnf 2>/dev/null",
+    );
+    sh("openssl genpkey -algorithm ec -pkeyopt ec_paramgen_curve:prime256v1 -out other.key 2>/dev/null");
+    (
+        dir.join("ca.pem"),
+        dir.join("server.pem"),
+        dir.join("server.key"),
+        dir.join("other.key"),
+    )
 }

@@ -20,7 +20,9 @@ use wasmtime_wasi_http::WasiBody;
 
 use super::instance::start;
 use super::{Job, Reply, ServiceHost};
-use crate::answer::{self, classify, describe, plain, take_ready, StreamingBody, Writer};
+use crate::answer::{
+    self, classify, describe, plain, take_ready, whole, StreamingBody, Trailers, Writer,
+};
 use crate::guest::{Admission, HostInner};
 use crate::report::{Outcome, RequestReport};
 
@@ -229,9 +231,10 @@ fn finish(host: &HostInner, pending: Pending, answer: Waited) -> Response<Body> 
     };
     pending.timing(host, Outcome::Answered);
     let (parts, mut body) = response.into_parts();
-    let body = match take_ready(&mut body, &mut NoWriter, TAKE_YIELDS) {
-        (taken, Ok(true)) => Body::from(taken),
-        (taken, Ok(false)) => streamed(body, taken, pending),
+    let trailers = Trailers::default();
+    let body = match take_ready(&mut body, &mut NoWriter, &trailers, TAKE_YIELDS) {
+        (taken, Ok(true)) => whole(taken, &trailers),
+        (taken, Ok(false)) => streamed(body, taken, pending, trailers),
         (_, Err(why)) => {
             tracing::warn!(request = %pending.tag, "{why}");
             return plain(StatusCode::INTERNAL_SERVER_ERROR, "guest failed");
@@ -269,14 +272,14 @@ fn failed(host: &HostInner, pending: &Pending, failure: Waited) -> Response<Body
 /// The body of an answer the guest is still writing, read on as the
 /// connection sends it.
 #[inline(never)]
-fn streamed(body: WasiBody, taken: Bytes, pending: Pending) -> Body {
+fn streamed(body: WasiBody, taken: Bytes, pending: Pending, trailers: Trailers) -> Body {
     let writer = InstanceLoop {
         deadline: pending.deadline,
         expiry: None,
         tag: pending.tag.as_str().into(),
         _admission: pending.admission,
     };
-    Body::from_reader(StreamingBody::new(body, writer, taken))
+    StreamingBody::body(body, writer, taken, trailers)
 }
 
 /// How often a response body with nothing yet is looked at again after a
