@@ -1,10 +1,14 @@
-//! Plaintext `Hello, World!` servers for `bench/http.py` and
-//! `bench/accept.py`: `http_server <spindle|hyper|may|spindle-tls|hyper-tls> ADDR`,
+//! Plaintext `Hello, World!` servers for `bench/http.py`, `bench/h2.py`
+//! and `bench/accept.py`:
+//! `http_server <spindle|hyper|may|spindle-tls|hyper-tls|hyper-auto|hyper-auto-tls> ADDR`,
 //! one worker thread each unless `BENCH_WORKERS` says more; for spindle,
 //! `BENCH_ACCEPT` picks the accept mode (`shared`, `per-worker`,
 //! `round-robin`). Prints `LISTENING <addr>`. The TLS variants read
 //! `cert.pem` and `key.pem` from the directory in `$BENCH_TLS_DIR`; both
-//! use rustls with the ring provider and the same configuration.
+//! use rustls with the ring provider and the same configuration. The
+//! `hyper-auto` variants are hyper-util's auto builder: HTTP/1.1 and h2c
+//! by prior knowledge on one port (over TLS, HTTP/2 by ALPN), with the
+//! accept loop in a spawned task, as hyper's examples do.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -24,6 +28,12 @@ fn main() {
         "hyper" => hyper(addr, None),
         "hyper-tls" => hyper(addr, Some(tokio_rustls::TlsAcceptor::from(tls()))),
         "may" => may(addr),
+        "hyper-auto" => hyper_auto(addr, None),
+        "hyper-auto-tls" => {
+            let mut config = (*tls()).clone();
+            config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+            hyper_auto(addr, Some(tokio_rustls::TlsAcceptor::from(Arc::new(config))))
+        }
         other => panic!("unknown server {other}"),
     }
 }
@@ -106,6 +116,51 @@ fn hyper(addr: String, tls: Option<tokio_rustls::TlsAcceptor>) {
                 }
             });
         }
+    });
+}
+
+fn hyper_auto(addr: String, tls: Option<tokio_rustls::TlsAcceptor>) {
+    use http_body_util::Full;
+    use hyper::service::service_fn;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use hyper_util::server::conn::auto;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers())
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let l = tokio::net::TcpListener::bind(addr.as_str()).await.unwrap();
+        listening(l.local_addr().unwrap());
+        let accept = tokio::spawn(async move {
+            loop {
+                let Ok((s, _)) = l.accept().await else {
+                    continue;
+                };
+                let _ = s.set_nodelay(true);
+                let tls = tls.clone();
+                tokio::spawn(async move {
+                    let svc = service_fn(|_req| async {
+                        Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
+                            bytes::Bytes::from_static(b"Hello, World!"),
+                        )))
+                    });
+                    let builder = auto::Builder::new(TokioExecutor::new());
+                    match tls {
+                        None => {
+                            let _ = builder.serve_connection(TokioIo::new(s), svc).await;
+                        }
+                        Some(acceptor) => {
+                            let Ok(s) = acceptor.accept(s).await else {
+                                return;
+                            };
+                            let _ = builder.serve_connection(TokioIo::new(s), svc).await;
+                        }
+                    }
+                });
+            }
+        });
+        let _ = accept.await;
     });
 }
 

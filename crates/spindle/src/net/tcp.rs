@@ -414,11 +414,27 @@ impl TcpStream {
     /// that answered `WouldBlock` (see [`poll_read_ready`](Self::poll_read_ready)).
     ///
     /// ```
+    /// use std::io::Read;
     /// spindle::run(|| {
     ///     let l = spindle::net::TcpListener::bind("127.0.0.1:0").unwrap();
     ///     let c = spindle::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    ///     // Nothing written yet: the first edge says the socket is writable.
+    ///     let (mut s, _) = l.accept().unwrap();
+    ///     // Write until the socket takes no more...
+    ///     let chunk = [0u8; 64 << 10];
+    ///     let mut sent = 0;
+    ///     while let Ok(n) = c.try_write(&chunk) {
+    ///         sent += n;
+    ///     }
+    ///     // ...then the peer reads it all, and the socket is writable again.
+    ///     let peer = spindle::spawn(move || {
+    ///         let mut buf = vec![0u8; 64 << 10];
+    ///         let mut taken = 0;
+    ///         while taken < sent {
+    ///             taken += s.read(&mut buf).unwrap();
+    ///         }
+    ///     });
     ///     spindle::block_on(std::future::poll_fn(|cx| c.poll_write_ready(cx))).unwrap();
+    ///     peer.join().unwrap();
     /// });
     /// ```
     pub fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
