@@ -10,6 +10,11 @@
 //! error means gone. A byte means the client sent more (a pipelined
 //! request, a TLS alert) that is the connection's to read, so the watch
 //! ends there and never fires: only a close with nothing unread is seen.
+//!
+//! Over HTTP/2 the watch is on the request's own stream: the client gone
+//! means the stream reset (`RST_STREAM`) or its connection lost, whatever
+//! the other streams do; it is there whether or not the request has a
+//! body.
 
 use std::future::Future;
 use std::io;
@@ -41,13 +46,39 @@ use crate::stream::Stream;
 /// `spindle::block_on` (a guest's host).
 #[derive(Clone, Debug)]
 pub struct ClientGone {
-    conn: Weak<Stream>,
+    watch: Watch,
 }
+
+/// What is watched: an HTTP/1.1 connection, or an HTTP/2 stream's reset.
+#[derive(Clone)]
+enum Watch {
+    Http1(Weak<Stream>),
+    Http2(Weak<StreamReset>),
+}
+
+impl std::fmt::Debug for Watch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Watch::Http1(_) => "Http1",
+            Watch::Http2(_) => "Http2",
+        })
+    }
+}
+
+/// An HTTP/2 stream's response handle, shared with the watches of its
+/// handler while it runs (the stream's fiber takes it back to answer).
+pub(crate) type StreamReset = std::sync::Mutex<Option<h2::server::SendResponse<bytes::Bytes>>>;
 
 impl ClientGone {
     pub(crate) fn new(conn: &Arc<Stream>) -> ClientGone {
         ClientGone {
-            conn: Arc::downgrade(conn),
+            watch: Watch::Http1(Arc::downgrade(conn)),
+        }
+    }
+
+    pub(crate) fn h2(stream: &Arc<StreamReset>) -> ClientGone {
+        ClientGone {
+            watch: Watch::Http2(Arc::downgrade(stream)),
         }
     }
 
@@ -55,7 +86,7 @@ impl ClientGone {
     /// stays, or sends more.
     pub fn wait(&self) -> Gone {
         Gone {
-            conn: self.conn.clone(),
+            watch: self.watch.clone(),
             readable: None,
             watching: true,
         }
@@ -63,14 +94,33 @@ impl ClientGone {
 
     /// Whether the client is gone now (without waiting).
     pub fn is_gone(&self) -> bool {
-        matches!(look(&self.conn), Look::Gone)
+        match &self.watch {
+            Watch::Http1(conn) => matches!(look(conn), Look::Gone),
+            Watch::Http2(stream) => {
+                reset(stream, &mut Context::from_waker(std::task::Waker::noop())).is_ready()
+            }
+        }
+    }
+}
+
+/// Whether an HTTP/2 stream was reset (or its stream is over), keeping
+/// `cx`'s waker for the reset if not.
+fn reset(stream: &Weak<StreamReset>, cx: &mut Context<'_>) -> Poll<()> {
+    let Some(stream) = stream.upgrade() else {
+        return Poll::Ready(());
+    };
+    let mut respond = stream.lock().unwrap_or_else(|e| e.into_inner());
+    match respond.as_mut() {
+        // Answered already: the watch is over, nothing more to see.
+        None => Poll::Pending,
+        Some(r) => r.poll_reset(cx).map(|_| ()),
     }
 }
 
 /// The future of [`ClientGone::wait`].
 #[derive(Debug)]
 pub struct Gone {
-    conn: Weak<Stream>,
+    watch: Watch,
     readable: Option<spindle::io::Readiness>,
     watching: bool,
 }
@@ -101,15 +151,19 @@ impl Future for Gone {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let conn = match &self.watch {
+            Watch::Http1(conn) => conn.clone(),
+            Watch::Http2(stream) => return reset(stream, cx),
+        };
         while self.watching {
-            match look(&self.conn) {
+            match look(&conn) {
                 Look::Gone => return Poll::Ready(()),
                 Look::MoreBytes => {
                     self.watching = false;
                     self.readable = None;
                 }
                 Look::Quiet => {
-                    let Some(conn) = self.conn.upgrade() else {
+                    let Some(conn) = conn.upgrade() else {
                         return Poll::Ready(());
                     };
                     // Only after the peek found nothing (an EAGAIN), as

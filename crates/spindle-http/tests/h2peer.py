@@ -16,6 +16,8 @@ Modes:
                 never opens the window
   no-body       a POST whose body never comes
   streams       1 000 concurrent GETs against a server allowing 100
+  reset         GET /watch, RST_STREAM(CANCEL) 300 ms later, then GET
+                /version on the same connection
   idle          a well-behaved idle client (it answers PING and SETTINGS)
                 that waits for the server to close, up to 20 s
 """
@@ -226,6 +228,24 @@ def idle(p):
     print(f"goaway={goaway} closed={closed} secs={time.time() - t0:.2f}")
 
 
+def reset(p):
+    t0 = time.time()
+    p.send(frame(HEADERS, END_HEADERS | END_STREAM, 1, p.headers("/watch")))
+    time.sleep(0.3)
+    p.send(frame(RST_STREAM, 0, 1, struct.pack(">I", 8)))
+    time.sleep(0.2)
+    p.send(frame(HEADERS, END_HEADERS | END_STREAM, 3, p.headers("/version")))
+    status = None
+    dec = hpack.Decoder()
+    for kind, flags, stream, payload in p.frames(time.time() + 10):
+        if kind == HEADERS and stream == 3:
+            status = dict(dec.decode(payload)).get(":status")
+            break
+        if kind == HEADERS:
+            dec.decode(payload)
+    print(f"second={status} secs={time.time() - t0:.2f}")
+
+
 def main():
     mode, host, port = sys.argv[1:4]
     if mode == "rapid-reset":
@@ -240,6 +260,8 @@ def main():
         no_body(Peer(host, port))
     elif mode == "streams":
         streams(Peer(host, port))
+    elif mode == "reset":
+        reset(Peer(host, port))
     elif mode == "idle":
         idle(Peer(host, port))
     else:

@@ -13,6 +13,10 @@ use std::time::{Duration, Instant};
 use spindle::Runtime;
 use spindle_http::{Body, Request, Response, Server, ServerConfig, ServerHandle};
 
+/// What `/watch` saw of its client: 1 gone, 2 still there after 5 s, 3
+/// no watch in the request.
+static WATCHED: AtomicU64 = AtomicU64::new(0);
+
 /// Bytes the endless `/big` response has produced, all servers together.
 static BIG_PRODUCED: AtomicU64 = AtomicU64::new(0);
 
@@ -42,6 +46,23 @@ fn handler(req: Request<Body>) -> Response<Body> {
         }
         "/big" => Response::new(Body::from_reader(Endless)),
         "/version" => Response::new(Body::from(format!("{:?}", req.version()))),
+        "/watch" => {
+            let seen = match req.extensions().get::<spindle_http::ClientGone>().cloned() {
+                Some(gone) => {
+                    let waited = spindle::time::timeout(Duration::from_secs(5), || {
+                        spindle::block_on(gone.wait())
+                    });
+                    if waited.is_ok() {
+                        1
+                    } else {
+                        2
+                    }
+                }
+                None => 3,
+            };
+            WATCHED.store(seen, Ordering::SeqCst);
+            Response::new(Body::from("watched"))
+        }
         _ => Response::new(Body::from("Hello, World!")),
     }
 }
@@ -650,4 +671,48 @@ fn the_client_reads_an_upstreams_grpc_trailers() {
     assert_eq!(body, b"POST /svc.Method");
     assert_eq!(trailers["grpc-status"], "0");
     assert_eq!(trailers["grpc-message"], "fine");
+}
+
+#[test]
+fn a_handler_sees_its_stream_reset_and_the_connection_goes_on() {
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let (addr, _) = start(&rt, config().watch_client_gone(true));
+    let started = Instant::now();
+    let r = peer("reset", addr);
+    assert_eq!(r["second"], "200", "{r:?}");
+    // The handler's watch ended with the reset, long before its 5 s.
+    while WATCHED.load(Ordering::SeqCst) == 0 && started.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(WATCHED.load(Ordering::SeqCst), 1);
+    assert!(started.elapsed() < Duration::from_secs(4));
+}
+
+#[test]
+fn an_idle_h2_connection_is_sent_away_and_a_stalled_preface_closed() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let (addr, _) = start(
+        &rt,
+        config()
+            .keep_alive_timeout(Duration::from_secs(1))
+            .header_read_timeout(Duration::from_secs(1)),
+    );
+    // A client that opens a connection and sends nothing more: after the
+    // keep-alive timeout, GOAWAY (NO_ERROR) and the close.
+    let r = peer("idle", addr);
+    assert_eq!(
+        (r["goaway"].as_str(), r["closed"].as_str()),
+        ("0", "1"),
+        "{r:?}"
+    );
+    assert!(num(&r, "secs") < 5.0, "{r:?}");
+    // Half a preface, then silence: closed after the head's timeout.
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"PRI * HTTP/2.0\r\n").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let started = Instant::now();
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(rest.is_empty(), "{rest:?}");
 }

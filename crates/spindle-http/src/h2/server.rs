@@ -25,6 +25,7 @@ use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 
 use crate::body::Body;
 use crate::config::ServerConfig;
+use crate::gone::{ClientGone, StreamReset};
 use crate::h2::io::Io;
 use crate::h2::recv::{io_error, Failed, RecvBody};
 use crate::h2::send::{send_body, strip_connection_headers};
@@ -248,7 +249,7 @@ impl Drop for Running {
 /// One stream: the request to the handler, its response to the peer.
 fn run_stream(
     req: Request<h2::RecvStream>,
-    mut respond: h2::server::SendResponse<Bytes>,
+    respond: h2::server::SendResponse<Bytes>,
     config: &ServerConfig,
     handler: &Handler,
 ) {
@@ -266,11 +267,27 @@ fn run_stream(
             Some(failed.clone()),
         ))
     };
-    let req = Request::from_parts(parts, body);
+    let mut req = Request::from_parts(parts, body);
+    // The handler may watch for the stream's reset: it shares the response
+    // handle while it runs.
+    let (shared, mut own) = if config.watch_client_gone {
+        let shared: Arc<StreamReset> = Arc::new(std::sync::Mutex::new(Some(respond)));
+        req.extensions_mut().insert(ClientGone::h2(&shared));
+        (Some(shared), None)
+    } else {
+        (None, Some(respond))
+    };
     let response = match panic::catch_unwind(AssertUnwindSafe(|| handler(req))) {
         Ok(r) => r,
         Err(p) if p.is::<spindle::Cancelled>() => panic::resume_unwind(p),
         Err(_) => status_only(StatusCode::INTERNAL_SERVER_ERROR),
+    };
+    let taken = match &shared {
+        Some(shared) => shared.lock().unwrap_or_else(|e| e.into_inner()).take(),
+        None => own.take(),
+    };
+    let Some(mut respond) = taken else {
+        return;
     };
     // A body the handler read past its limit, or too slowly: that is the
     // answer, whatever the handler returned.
