@@ -716,3 +716,26 @@ fn an_idle_h2_connection_is_sent_away_and_a_stalled_preface_closed() {
     assert!(started.elapsed() < Duration::from_secs(5));
     assert!(rest.is_empty(), "{rest:?}");
 }
+
+#[test]
+fn too_many_header_fields_get_431_on_their_stream() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let (addr, _) = start(&rt, config());
+    let url = format!("http://{addr}/");
+    let mut args = vec![
+        "--http2-prior-knowledge",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+    ];
+    let headers: Vec<String> = (0..120).map(|i| format!("x-h{i}: v")).collect();
+    for h in &headers {
+        args.extend(["-H", h.as_str()]);
+    }
+    args.push(&url);
+    let (ok, out, err) = curl(&args);
+    assert!(ok, "{err}");
+    assert_eq!(out, "431");
+    still_serves(addr);
+}

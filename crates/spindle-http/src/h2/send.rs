@@ -96,23 +96,13 @@ pub(crate) fn send_data(
     }
     while !data.is_empty() {
         send.reserve_capacity(data.len());
-        let granted = wait(Some(timeout), |cx| loop {
-            let capacity = send.capacity();
-            if capacity > 0 {
-                return Poll::Ready(Ok(capacity));
-            }
-            match send.poll_capacity(cx) {
-                Poll::Ready(Some(Ok(_))) => {}
-                Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(io_error(e))),
-                Poll::Ready(None) => {
-                    return Poll::Ready(Err(io::Error::new(
-                        io::ErrorKind::ConnectionReset,
-                        "the HTTP/2 stream was reset",
-                    )))
-                }
-                Poll::Pending => return Poll::Pending,
-            }
-        });
+        // Usually the window is open: no wait, no waker.
+        let open = send.capacity();
+        let granted = if open > 0 {
+            Ok(open)
+        } else {
+            wait_for_window(send, timeout)
+        };
         let granted = match granted {
             Ok(n) => n,
             Err(e) => {
@@ -126,6 +116,27 @@ pub(crate) fn send_data(
             .map_err(io_error)?;
     }
     Ok(())
+}
+
+/// Waits up to `timeout` for the peer to open `send`'s window.
+fn wait_for_window(send: &mut h2::SendStream<Bytes>, timeout: Duration) -> io::Result<usize> {
+    wait(Some(timeout), |cx| loop {
+        let capacity = send.capacity();
+        if capacity > 0 {
+            return Poll::Ready(Ok(capacity));
+        }
+        match send.poll_capacity(cx) {
+            Poll::Ready(Some(Ok(_))) => {}
+            Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(io_error(e))),
+            Poll::Ready(None) => {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::ConnectionReset,
+                    "the HTTP/2 stream was reset",
+                )))
+            }
+            Poll::Pending => return Poll::Pending,
+        }
+    })
 }
 
 #[cfg(test)]

@@ -254,6 +254,13 @@ fn run_stream(
     handler: &Handler,
 ) {
     let (parts, recv) = req.into_parts();
+    if parts.headers.len() > config.max_headers {
+        // As over HTTP/1.1 (`h2` bounds the bytes, this the count).
+        let mut respond = respond;
+        let too_many = status_only(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+        let _ = send_response(&mut respond, too_many, false, config.write_timeout);
+        return;
+    }
     let is_head = parts.method == Method::HEAD;
     let failed = Failed::default();
     let body = if recv.is_end_stream() {
