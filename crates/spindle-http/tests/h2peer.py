@@ -16,6 +16,10 @@ Modes:
                 never opens the window
   no-body       a POST whose body never comes
   streams       1 000 concurrent GETs against a server allowing 100
+  empty-data    a POST to a handler that does not read, then 100 000 empty
+                DATA frames
+  tiny-data     the same with 1-byte DATA frames
+  ping          100 000 PINGs, never reading the ACKs
   reset         GET /watch, RST_STREAM(CANCEL) 300 ms later, then GET
                 /version on the same connection
   idle          a well-behaved idle client (it answers PING and SETTINGS)
@@ -228,6 +232,43 @@ def idle(p):
     print(f"goaway={goaway} closed={closed} secs={time.time() - t0:.2f}")
 
 
+def data_flood(p, size):
+    t0 = time.time()
+    p.send(frame(HEADERS, END_HEADERS, 1, p.headers("/slow", method="POST")))
+    sent = 0
+    try:
+        chunk = frame(DATA, 0, 1, b"x" * size) * 1000
+        for _ in range(100):
+            p.send(chunk)
+            sent += 1000
+    except OSError:
+        pass
+    goaway = None
+    for kind, flags, stream, payload in p.frames(time.time() + 5):
+        if kind == GOAWAY:
+            goaway = goaway_code(payload)
+    print(f"sent={sent} goaway={goaway} secs={time.time() - t0:.2f}")
+
+
+def ping_flood(p):
+    t0 = time.time()
+    sent = 0
+    try:
+        chunk = frame(PING, 0, 0, b"12345678") * 1000
+        for _ in range(100):
+            p.send(chunk)
+            sent += 1000
+    except OSError:
+        pass
+    goaway, acks = None, 0
+    for kind, flags, stream, payload in p.frames(time.time() + 5):
+        if kind == PING and flags & 1:
+            acks += 1
+        if kind == GOAWAY:
+            goaway = goaway_code(payload)
+    print(f"sent={sent} acks={acks} goaway={goaway} secs={time.time() - t0:.2f}")
+
+
 def reset(p):
     t0 = time.time()
     p.send(frame(HEADERS, END_HEADERS | END_STREAM, 1, p.headers("/watch")))
@@ -260,6 +301,12 @@ def main():
         no_body(Peer(host, port))
     elif mode == "streams":
         streams(Peer(host, port))
+    elif mode == "empty-data":
+        data_flood(Peer(host, port), 0)
+    elif mode == "tiny-data":
+        data_flood(Peer(host, port), 1)
+    elif mode == "ping":
+        ping_flood(Peer(host, port))
     elif mode == "reset":
         reset(Peer(host, port))
     elif mode == "idle":

@@ -739,3 +739,25 @@ fn too_many_header_fields_get_431_on_their_stream() {
     assert_eq!(out, "431");
     still_serves(addr);
 }
+
+#[test]
+fn floods_of_empty_or_tiny_data_frames_and_pings_are_bounded() {
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let (addr, _) = start(&rt, config());
+    let before = rss();
+    for mode in ["empty-data", "tiny-data", "ping"] {
+        let r = peer(mode, addr);
+        assert!(num(&r, "secs") < 30.0, "{mode}: {r:?}");
+        if mode != "ping" {
+            // `h2`'s budgets: ENHANCE_YOUR_CALM, the connection closed.
+            assert_eq!(r["goaway"], "11", "{mode}: {r:?}");
+        }
+        assert!(
+            rss() < before + (64 << 20),
+            "{mode}: {} -> {}",
+            before,
+            rss()
+        );
+        still_serves(addr);
+    }
+}
