@@ -17,6 +17,11 @@ use spindle_http::{Body, Request, Response, Server, ServerConfig, ServerHandle};
 /// no watch in the request.
 static WATCHED: AtomicU64 = AtomicU64::new(0);
 
+/// Set when a `/forever` handler starts, and when its frame is dropped (it
+/// was cancelled).
+static FOREVER_STARTED: AtomicU64 = AtomicU64::new(0);
+static FOREVER_ENDED: AtomicU64 = AtomicU64::new(0);
+
 /// Bytes the endless `/big` response has produced, all servers together.
 static BIG_PRODUCED: AtomicU64 = AtomicU64::new(0);
 
@@ -44,7 +49,23 @@ fn handler(req: Request<Body>) -> Response<Body> {
             spindle::time::sleep(Duration::from_millis(200));
             Response::new(Body::from("slow"))
         }
+        "/slower" => {
+            spindle::time::sleep(Duration::from_millis(1500));
+            Response::new(Body::from("slower"))
+        }
         "/big" => Response::new(Body::from_reader(Endless)),
+        "/forever" => {
+            struct Mark;
+            impl Drop for Mark {
+                fn drop(&mut self) {
+                    FOREVER_ENDED.store(1, Ordering::SeqCst);
+                }
+            }
+            let _mark = Mark;
+            FOREVER_STARTED.store(1, Ordering::SeqCst);
+            spindle::time::sleep(Duration::from_secs(60));
+            Response::new(Body::from("never"))
+        }
         "/version" => Response::new(Body::from(format!("{:?}", req.version()))),
         "/watch" => {
             let seen = match req.extensions().get::<spindle_http::ClientGone>().cloned() {
@@ -374,19 +395,22 @@ fn drain_sends_goaway_and_finishes_streams_in_flight() {
     let rt = Runtime::builder().workers(2).build().unwrap();
     let (addr, handle) = start(&rt, config());
     // A slow request in flight on an HTTP/2 connection...
-    let url = format!("http://{addr}/slow");
+    let url = format!("http://{addr}/slower");
     let client = std::thread::spawn(move || curl(&["--http2-prior-knowledge", &url]));
-    std::thread::sleep(Duration::from_millis(80));
-    // ...and an idle HTTP/2 client.
+    // ...and an idle HTTP/2 client: both connected before the drain.
     let idle = std::thread::spawn(move || peer("idle", addr));
-    std::thread::sleep(Duration::from_millis(300));
+    let waiting = Instant::now();
+    while handle.connections() < 2 && waiting.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(handle.connections(), 2);
     let started = Instant::now();
     let cancelled = rt.run(move || handle.drain(Instant::now() + Duration::from_secs(5)));
     assert_eq!(cancelled, 0, "every connection left on its own");
     assert!(started.elapsed() < Duration::from_secs(4));
     let (ok, out, err) = client.join().unwrap();
     assert!(ok, "{err}");
-    assert_eq!(out, "slow");
+    assert_eq!(out, "slower");
     // The idle client was told to go away (GOAWAY, NO_ERROR), then closed.
     let r = idle.join().unwrap();
     assert_eq!(r["goaway"], "0", "{r:?}");
@@ -760,4 +784,30 @@ fn floods_of_empty_or_tiny_data_frames_and_pings_are_bounded() {
         );
         still_serves(addr);
     }
+}
+
+#[test]
+fn a_drain_past_its_deadline_cancels_the_handlers_of_its_h2_streams() {
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let (addr, handle) = start(&rt, config());
+    let url = format!("http://{addr}/forever");
+    let client = std::thread::spawn(move || curl(&["--http2-prior-knowledge", &url]));
+    let waiting = Instant::now();
+    while FOREVER_STARTED.load(Ordering::SeqCst) == 0 && waiting.elapsed() < Duration::from_secs(10)
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let cancelled = rt.run(move || handle.drain(Instant::now() + Duration::from_millis(500)));
+    assert_eq!(cancelled, 1);
+    let started = Instant::now();
+    while FOREVER_ENDED.load(Ordering::SeqCst) == 0 && started.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        FOREVER_ENDED.load(Ordering::SeqCst),
+        1,
+        "the handler was left running"
+    );
+    let (ok, _, _) = client.join().unwrap();
+    assert!(!ok, "the cut stream is an error to its client");
 }

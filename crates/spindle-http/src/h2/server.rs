@@ -77,9 +77,9 @@ impl Streams {
         }
     }
 
-    /// The connection has ended: cancels the handlers still running and
-    /// waits a moment for them to leave.
-    fn finish(&self) {
+    /// The connection has ended: no handler starts any more, and the
+    /// running ones are cancelled.
+    fn cancel_all(&self) {
         self.ended.store(true, Ordering::Release);
         let fibers: Vec<_> = self
             .fibers
@@ -91,6 +91,12 @@ impl Streams {
         for f in fibers {
             f.cancel();
         }
+    }
+
+    /// The connection has ended: cancels the handlers still running and
+    /// waits a moment for them to leave.
+    fn finish(&self) {
+        self.cancel_all();
         let _ = crate::h2::recv::wait(Some(HANDLERS_GRACE), |cx| {
             self.watch(cx);
             if self.running() == 0 {
@@ -107,8 +113,24 @@ impl Streams {
 pub(crate) fn serve(io: Io, config: &ServerConfig, handler: &Arc<Handler>, drain: &Drain) {
     let streams = Arc::new(Streams::default());
     let config = Arc::new(config.clone());
+    let ending = Ending(streams.clone());
     spindle::block_on(drive(io, &config, handler, drain, &streams));
-    streams.finish();
+    drop(ending);
+}
+
+/// Ends a connection's handlers however the connection ends: cancelled and
+/// waited for when it closes, only cancelled when its fiber unwinds (a
+/// drain past its deadline cancels it), since a wait cannot run then.
+struct Ending(Arc<Streams>);
+
+impl Drop for Ending {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.cancel_all();
+        } else {
+            self.0.finish();
+        }
+    }
 }
 
 fn builder(config: &ServerConfig) -> h2::server::Builder {
