@@ -8,7 +8,7 @@
 set -eu
 cd "$(dirname "$0")"
 cargo build --release --target wasm32-wasip2
-for g in hello echo fetch sleep burn alloc trap noreply env relay grpc; do
+for g in hello echo fetch sleep burn alloc trap noreply env relay grpc print; do
     cp "target/wasm32-wasip2/release/$g.wasm" "wasm/$g.wasm"
 done
 cp target/wasm32-wasip2/release/fetch-cmd.wasm wasm/fetch-cmd.wasm

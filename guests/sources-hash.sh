@@ -3,7 +3,7 @@
 # and workspace manifest, in a stable order.
 set -eu
 cd "$(dirname "$0")"
-for g in hello echo fetch sleep burn alloc trap noreply env relay grpc fetch-cmd trap-cmd; do
+for g in hello echo fetch sleep burn alloc trap noreply env relay grpc print fetch-cmd trap-cmd; do
     h=$(cat Cargo.toml util/Cargo.toml util/src/*.rs "$g/Cargo.toml" "$g"/src/*.rs | sha256sum | cut -d' ' -f1)
     echo "$h  $g"
 done

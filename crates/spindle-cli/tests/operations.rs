@@ -394,3 +394,42 @@ fn two_processes_share_a_port_with_reuse_port() {
         assert_eq!(curl(&b.url, &[]).0, 200);
     }
 }
+
+#[test]
+fn a_guest_line_written_in_pieces_is_one_log_line_of_its_request() {
+    // `print` writes "start a print " then "1".."4" then "\n", each through
+    // a fresh stderr handle, and leaves a stdout line unfinished. With a
+    // fresh instance per request and with one reused across requests, each
+    // request's pieces make one line under its own name.
+    for reuse in ["1", "4"] {
+        let mut cmd = spindle();
+        cmd.args(["serve", &guest("print"), "--listen", "127.0.0.1:0"])
+            .args(["--workers", "1", "--max-instance-reuse", reuse]);
+        let s = Served::start(cmd);
+        for _ in 0..2 {
+            assert_eq!(curl(&s.url, &[]), (200, "printed".to_string()));
+        }
+        let err = s.stop();
+        let lines: Vec<&str> = err.lines().filter(|l| l.contains("guest:")).collect();
+        let prints: Vec<&&str> = lines
+            .iter()
+            .filter(|l| l.contains("start a print 1234"))
+            .collect();
+        assert_eq!(prints.len(), 2, "reuse {reuse}: {err}");
+        assert!(
+            prints[0].contains("req 1 ") && prints[1].contains("req 2 "),
+            "{err}"
+        );
+        let unfinished: Vec<&&str> = lines
+            .iter()
+            .filter(|l| l.contains("no newline at the end"))
+            .collect();
+        assert_eq!(unfinished.len(), 2, "reuse {reuse}: {err}");
+        assert!(
+            unfinished[0].contains("req 1 ") && unfinished[1].contains("req 2 "),
+            "{err}"
+        );
+        // No piece on a line of its own.
+        assert!(!lines.iter().any(|l| l.contains("guest: 1 ")), "{err}");
+    }
+}

@@ -25,7 +25,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::clocks::SpindleClock;
 use crate::config::HostConfig;
-use crate::log::{GuestLog, Tag};
+use crate::log::{GuestLog, Stream, Tag};
 use crate::outbound::OutboundHooks;
 use crate::report::GuestLimits;
 
@@ -145,8 +145,8 @@ pub(crate) fn new_store(host: &HostInner, tag: Arc<str>, args: &[String]) -> Sto
     let config = &host.config;
     let tag = Tag::new(tag);
     let mut wasi = WasiCtx::builder();
-    wasi.stdout(GuestLog::new(tag.clone(), "stdout"))
-        .stderr(GuestLog::new(tag.clone(), "stderr"))
+    wasi.stdout(GuestLog::new(tag.clone(), Stream::Stdout))
+        .stderr(GuestLog::new(tag.clone(), Stream::Stderr))
         .envs(&config.env)
         .args(args)
         .monotonic_clock(SpindleClock);

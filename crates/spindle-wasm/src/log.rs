@@ -2,7 +2,10 @@
 //! `tracing` events (target `guest`, level INFO) carrying the request they
 //! came from and the stream.
 //!
-//! The stream writes synchronously into a line buffer and never waits: it
+//! A store has one unfinished line per stream, whatever handle writes it
+//! (see [`Tag`]), so a line written in pieces is one line in the log.
+//!
+//! The stream writes synchronously into that line and never waits: it
 //! is always ready, so a chatty guest cannot park inside a host call, and no
 //! helper task is spawned per instance (wasmtime-wasi's default adapter
 //! spawns one on its tokio runtime).
@@ -17,21 +20,62 @@ use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 const MAX_LINE: usize = 8 * 1024;
 
 /// What a store's log lines name: the request it serves now (a reused
-/// WASI 0.2 instance is renamed for each request), or its instance.
+/// WASI 0.2 instance is renamed for each request), or its instance. It
+/// also holds the store's unfinished output lines, one per stream: a guest
+/// may write a line in pieces through separate `get-stdout()` /
+/// `get-stderr()` handles (each a fresh stream), and the pieces are one
+/// line. A line still unfinished is logged when the store goes, or when it
+/// is renamed for its next request.
 #[derive(Clone)]
-pub(crate) struct Tag(Arc<std::sync::RwLock<Arc<str>>>);
+pub(crate) struct Tag(Arc<Named>);
+
+struct Named {
+    name: std::sync::RwLock<Arc<str>>,
+    /// The unfinished lines of stdout and stderr.
+    lines: [std::sync::Mutex<Vec<u8>>; 2],
+}
 
 impl Tag {
     pub(crate) fn new(name: Arc<str>) -> Tag {
-        Tag(Arc::new(std::sync::RwLock::new(name)))
+        Tag(Arc::new(Named {
+            name: std::sync::RwLock::new(name),
+            lines: Default::default(),
+        }))
     }
 
+    /// Names the store's next request; what the last one left unfinished
+    /// is logged under its own name first.
     pub(crate) fn set(&self, name: Arc<str>) {
-        *self.0.write().unwrap_or_else(|e| e.into_inner()) = name;
+        self.0.flush();
+        *self.0.name.write().unwrap_or_else(|e| e.into_inner()) = name;
     }
 
     fn get(&self) -> Arc<str> {
-        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.0
+            .name
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+impl Named {
+    fn flush(&self) {
+        for stream in [Stream::Stdout, Stream::Stderr] {
+            let mut line = self.lines[stream as usize]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if !line.is_empty() {
+                let name = self.name.read().unwrap_or_else(|e| e.into_inner()).clone();
+                emit(&name, stream, &mut line);
+            }
+        }
+    }
+}
+
+impl Drop for Named {
+    fn drop(&mut self) {
+        self.flush();
     }
 }
 
@@ -41,15 +85,44 @@ impl std::fmt::Display for Tag {
     }
 }
 
+/// Which output.
+#[derive(Clone, Copy)]
+pub(crate) enum Stream {
+    Stdout = 0,
+    Stderr = 1,
+}
+
+impl Stream {
+    fn name(self) -> &'static str {
+        match self {
+            Stream::Stdout => "stdout",
+            Stream::Stderr => "stderr",
+        }
+    }
+}
+
+/// Logs `line` (and empties it).
+fn emit(request: &str, stream: Stream, line: &mut Vec<u8>) {
+    let text = String::from_utf8_lossy(line);
+    tracing::info!(
+        target: "guest",
+        request = %request,
+        stream = stream.name(),
+        "{}",
+        text.trim_end_matches('\r')
+    );
+    line.clear();
+}
+
 /// A guest output (`stdout` or `stderr`) that goes to the host's log.
 #[derive(Clone)]
 pub(crate) struct GuestLog {
     tag: Tag,
-    stream: &'static str,
+    stream: Stream,
 }
 
 impl GuestLog {
-    pub(crate) fn new(tag: Tag, stream: &'static str) -> GuestLog {
+    pub(crate) fn new(tag: Tag, stream: Stream) -> GuestLog {
         GuestLog { tag, stream }
     }
 }
@@ -62,55 +135,34 @@ impl IsTerminal for GuestLog {
 
 impl StdoutStream for GuestLog {
     fn p2_stream(&self) -> Box<dyn OutputStream> {
-        Box::new(LineWriter {
-            log: self.clone(),
-            line: Vec::new(),
-        })
+        Box::new(LineWriter { log: self.clone() })
     }
 
     fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
-        Box::new(LineWriter {
-            log: self.clone(),
-            line: Vec::new(),
-        })
+        Box::new(LineWriter { log: self.clone() })
     }
 }
 
+/// One handle on a guest output: writes into the store's line for it.
 struct LineWriter {
     log: GuestLog,
-    line: Vec<u8>,
 }
 
 impl LineWriter {
     fn push(&mut self, mut bytes: &[u8]) {
+        let tag = &self.log.tag;
+        let stream = self.log.stream;
+        let mut line = tag.0.lines[stream as usize]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         while let Some(i) = bytes.iter().position(|&b| b == b'\n') {
-            self.line.extend_from_slice(&bytes[..i]);
-            self.emit();
+            line.extend_from_slice(&bytes[..i]);
+            emit(&tag.get(), stream, &mut line);
             bytes = &bytes[i + 1..];
         }
-        self.line.extend_from_slice(bytes);
-        if self.line.len() >= MAX_LINE {
-            self.emit();
-        }
-    }
-
-    fn emit(&mut self) {
-        let text = String::from_utf8_lossy(&self.line);
-        tracing::info!(
-            target: "guest",
-            request = %self.log.tag,
-            stream = self.log.stream,
-            "{}",
-            text.trim_end_matches('\r')
-        );
-        self.line.clear();
-    }
-}
-
-impl Drop for LineWriter {
-    fn drop(&mut self) {
-        if !self.line.is_empty() {
-            self.emit();
+        line.extend_from_slice(bytes);
+        if line.len() >= MAX_LINE {
+            emit(&tag.get(), stream, &mut line);
         }
     }
 }
