@@ -197,3 +197,52 @@ req.end('payload');
         s.stop();
     }
 }
+
+#[test]
+fn echo_guests_send_the_request_trailers_back_over_http1_and_h2() {
+    use std::io::{Read, Write};
+    for world in ["echo", "echo-p3"] {
+        let s = serve(&[&guest(world)]);
+        let addr = s
+            .url
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_string();
+        // HTTP/1.1: a chunked request with a trailer, the echo chunked with it.
+        let mut c = std::net::TcpStream::connect(&addr).unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        c.write_all(
+            b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n\
+              5\r\nhello\r\n0\r\nx-sum: q1\r\n\r\n",
+        )
+        .unwrap();
+        let mut got = String::new();
+        c.read_to_string(&mut got).unwrap();
+        assert!(got.contains("hello"), "{world}: {got}");
+        assert!(got.ends_with("0\r\nx-sum: q1\r\n\r\n"), "{world}: {got}");
+        // HTTP/2: Node sends a trailer and prints the echo's.
+        let script = format!(
+            r#"
+const c = require('http2').connect('http://{addr}');
+const req = c.request({{ ':path': '/', ':method': 'POST' }}, {{ waitForTrailers: true }});
+req.on('wantTrailers', () => req.sendTrailers({{ 'x-sum': 'xyz' }}));
+let out = '';
+req.on('data', d => out += d);
+req.on('trailers', t => out += ' ' + t['x-sum']);
+req.on('end', () => {{ console.log(out); c.close(); }});
+req.end('hello');
+"#
+        );
+        let out = Command::new("timeout")
+            .args(["30", "node", "-e", &script])
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "hello xyz",
+            "{world}"
+        );
+        s.stop();
+    }
+}

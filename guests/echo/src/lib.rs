@@ -1,4 +1,5 @@
-//! Streams the request body back, chunk by chunk, as it arrives.
+//! Streams the request body back, chunk by chunk, as it arrives, and its
+//! trailers after it.
 
 use wasip2::http::types::{
     Fields, IncomingBody, IncomingRequest, OutgoingBody, OutgoingResponse, ResponseOutparam,
@@ -32,7 +33,15 @@ impl wasip2::exports::http::incoming_handler::Guest for Echo {
                 }
             }
         }
-        let _ = IncomingBody::finish(incoming);
-        OutgoingBody::finish(outgoing, None).expect("finish the body");
+        // The request's trailers, copied (received fields are immutable).
+        let future = IncomingBody::finish(incoming);
+        let trailers = loop {
+            if let Some(got) = future.get() {
+                break got.ok().and_then(Result::ok).flatten();
+            }
+            future.subscribe().block();
+        };
+        let trailers = trailers.map(|t| Fields::from_list(&t.entries()).expect("valid fields"));
+        OutgoingBody::finish(outgoing, trailers).expect("finish the body");
     }
 }
