@@ -17,5 +17,6 @@ cp target/wasm32-wasip2/release/trap-cmd.wasm wasm/trap-cmd.wasm
 for g in hello echo sleep fetch burn fanout gate grpc; do
     cp "target/wasm32-wasip2/release/${g}_p3.wasm" "wasm/$g-p3.wasm"
 done
+cp target/wasm32-wasip2/release/fetch_cmd_p3.wasm wasm/fetch-cmd-p3.wasm
 ./sources-hash.sh > wasm/SOURCES.sha256
 ls -l wasm

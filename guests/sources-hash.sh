@@ -7,7 +7,7 @@ for g in hello echo fetch sleep burn alloc trap noreply env relay grpc print fet
     h=$(cat Cargo.toml util/Cargo.toml util/src/*.rs "$g/Cargo.toml" "$g"/src/*.rs | sha256sum | cut -d' ' -f1)
     echo "$h  $g"
 done
-for g in hello echo sleep fetch burn fanout gate grpc; do
+for g in hello echo sleep fetch burn fanout gate grpc fetch-cmd; do
     h=$(cat Cargo.toml p3/util/Cargo.toml p3/util/src/*.rs "p3/$g/Cargo.toml" "p3/$g"/src/*.rs | sha256sum | cut -d' ' -f1)
     echo "$h  $g-p3"
 done

@@ -178,6 +178,13 @@ fn a_guests_sleep_and_the_request_deadline_fire_on_an_idle_worker() {
 #[test]
 fn run_executes_a_command_guest_with_an_outgoing_request() {
     let (_rt, addr) = upstream();
+    // A WASI 0.2 command (`wasi:cli/run@0.2`) and a WASI 0.3 one.
+    for cmd in ["fetch-cmd", "fetch-cmd-p3"] {
+        run_fetch_command(cmd, addr);
+    }
+}
+
+fn run_fetch_command(cmd: &str, addr: std::net::SocketAddr) {
     let out = Command::new(SPINDLE)
         .args([
             "run",
@@ -185,7 +192,7 @@ fn run_executes_a_command_guest_with_an_outgoing_request() {
             "GREETING=hi there",
             "--allow-outbound",
             &format!("127.0.0.1:{}", addr.port()),
-            &guest("fetch-cmd"),
+            &guest(cmd),
             &format!("http://127.0.0.1:{}/from-cmd", addr.port()),
         ])
         .env(
@@ -197,7 +204,7 @@ fn run_executes_a_command_guest_with_an_outgoing_request() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "{stdout}{}",
+        "{cmd}: {stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("greeting: hi there"), "{stdout}");
@@ -208,7 +215,7 @@ fn run_executes_a_command_guest_with_an_outgoing_request() {
     let out = Command::new(SPINDLE)
         .args([
             "run",
-            &guest("fetch-cmd"),
+            &guest(cmd),
             &format!("http://127.0.0.1:{}/", addr.port()),
         ])
         .env(
@@ -217,7 +224,7 @@ fn run_executes_a_command_guest_with_an_outgoing_request() {
         )
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(1), "{cmd}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("HttpRequestDenied"), "{stderr}");
 }
@@ -238,6 +245,9 @@ fn help_names_every_flag_and_bad_flags_are_clear_errors() {
         "--memory-limit",
         "--timeout",
         "--allow-outbound",
+        "--outbound-h2c",
+        "--http2",
+        "--h2c",
         "--env",
     ] {
         assert!(help.contains(flag), "--help does not explain {flag}");

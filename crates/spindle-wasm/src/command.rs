@@ -1,7 +1,9 @@
 //! [`run_command`]: runs a `wasi:cli/run` component to its end, like
 //! `wasmtime run`, with the same host as the proxy guests: its stdio is
 //! the process's, and outgoing HTTP goes through spindle-http's client and
-//! the allow-list.
+//! the allow-list. A WASI 0.3 command (`wasi:cli/run@0.3`) runs on the
+//! WASI 0.3 engine, its `run` called inside the store's event loop, with
+//! `wasi:http/client@0.3` for its requests.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -14,7 +16,7 @@ use wasmtime_wasi::WasiCtx;
 use crate::config::HostConfig;
 use crate::engine::{engine, linker};
 use crate::guest::GuestState;
-use crate::world::{misfit, Want};
+use crate::world::{is_p3_command, misfit, Want};
 
 /// Runs the command component `wasm` with `args` (`args[0]` is its name)
 /// and returns its exit status. Must be called on a Spindle fiber or
@@ -33,7 +35,12 @@ pub fn run_command(wasm: &[u8], args: &[String], config: HostConfig) -> wasmtime
         return Err(wasmtime::Error::msg(why));
     }
     let config = config.max_concurrent(1);
-    let engine = engine(&config, crate::World::Proxy)?;
+    let world = if is_p3_command(wasm) {
+        crate::World::Service
+    } else {
+        crate::World::Proxy
+    };
+    let engine = engine(&config, world)?;
     // Compiling takes a while with a cold cache and never waits: on the
     // blocking pool, so the fiber's worker goes on with others meanwhile
     // (and the stall watchdog does not take the compile for a deadlock).
@@ -41,7 +48,7 @@ pub fn run_command(wasm: &[u8], args: &[String], config: HostConfig) -> wasmtime
         let (engine, wasm) = (engine.clone(), wasm.to_vec());
         spindle::blocking::run(move || Component::new(&engine, &wasm))?
     };
-    let pre = CommandPre::new(linker(&engine, crate::World::Proxy)?.instantiate_pre(&component)?)?;
+    let linker = linker(&engine, world)?;
     let tag = crate::log::Tag::new(Arc::from(
         args.first().map(String::as_str).unwrap_or("command"),
     ));
@@ -52,12 +59,27 @@ pub fn run_command(wasm: &[u8], args: &[String], config: HostConfig) -> wasmtime
     store.limiter(|s| &mut s.limits);
     store.set_fuel(u64::MAX)?;
     store.fuel_async_yield_interval(Some(config.fuel_yield_interval))?;
-    let run = async move {
-        let command = pre.instantiate_async(&mut store).await?;
-        command.wasi_cli_run().call_run(&mut store).await
-    };
+    let run: std::pin::Pin<Box<dyn Future<Output = wasmtime::Result<Result<(), ()>>> + Send>> =
+        match world {
+            crate::World::Proxy => {
+                let pre = CommandPre::new(linker.instantiate_pre(&component)?)?;
+                Box::pin(async move {
+                    let command = pre.instantiate_async(&mut store).await?;
+                    command.wasi_cli_run().call_run(&mut store).await
+                })
+            }
+            crate::World::Service => Box::pin(async move {
+                let command = wasmtime_wasi::p3::bindings::Command::instantiate_async(
+                    &mut store, &component, &linker,
+                )
+                .await?;
+                store
+                    .run_concurrent(async move |store| command.wasi_cli_run().call_run(store).await)
+                    .await?
+            }),
+        };
     let result = spindle::block_on(async move {
-        let mut run = std::pin::pin!(run);
+        let mut run = run;
         std::future::poll_fn(|cx| {
             wasmtime_wasi::runtime::with_ambient_tokio_runtime(|| run.as_mut().poll(cx))
         })

@@ -124,7 +124,20 @@ fn top_level_exports(wasm: &[u8]) -> Vec<String> {
 }
 
 fn is_p3_handler(name: &str) -> bool {
-    name.strip_prefix("wasi:http/handler@0.3")
+    is_p3(name, "wasi:http/handler@0.3")
+}
+
+/// Whether `wasm` is a WASI 0.3 command: it exports `wasi:cli/run@0.3.*`.
+pub(crate) fn is_p3_command(wasm: &[u8]) -> bool {
+    top_level_exports(wasm)
+        .iter()
+        .any(|n| is_p3(n, "wasi:cli/run@0.3"))
+}
+
+/// Whether `name` is `prefix` (an interface at version 0.3) at 0.3.x or a
+/// 0.3 release candidate, not at 0.30.
+fn is_p3(name: &str, prefix: &str) -> bool {
+    name.strip_prefix(prefix)
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('.') || rest.starts_with('-'))
 }
 
