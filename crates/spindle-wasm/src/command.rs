@@ -18,6 +18,10 @@ use crate::engine::{engine, linker};
 use crate::guest::GuestState;
 use crate::world::{is_p3_command, misfit, Want};
 
+/// A command's run, whichever world: its `run`'s result, or a failure
+/// (a trap, an exit).
+type Running = std::pin::Pin<Box<dyn Future<Output = wasmtime::Result<Result<(), ()>>> + Send>>;
+
 /// Runs the command component `wasm` with `args` (`args[0]` is its name)
 /// and returns its exit status. Must be called on a Spindle fiber or
 /// thread; the guest's waits park it like any other wait.
@@ -59,25 +63,24 @@ pub fn run_command(wasm: &[u8], args: &[String], config: HostConfig) -> wasmtime
     store.limiter(|s| &mut s.limits);
     store.set_fuel(u64::MAX)?;
     store.fuel_async_yield_interval(Some(config.fuel_yield_interval))?;
-    let run: std::pin::Pin<Box<dyn Future<Output = wasmtime::Result<Result<(), ()>>> + Send>> =
-        match world {
-            crate::World::Proxy => {
-                let pre = CommandPre::new(linker.instantiate_pre(&component)?)?;
-                Box::pin(async move {
-                    let command = pre.instantiate_async(&mut store).await?;
-                    command.wasi_cli_run().call_run(&mut store).await
-                })
-            }
-            crate::World::Service => Box::pin(async move {
-                let command = wasmtime_wasi::p3::bindings::Command::instantiate_async(
-                    &mut store, &component, &linker,
-                )
-                .await?;
-                store
-                    .run_concurrent(async move |store| command.wasi_cli_run().call_run(store).await)
-                    .await?
-            }),
-        };
+    let run: Running = match world {
+        crate::World::Proxy => {
+            let pre = CommandPre::new(linker.instantiate_pre(&component)?)?;
+            Box::pin(async move {
+                let command = pre.instantiate_async(&mut store).await?;
+                command.wasi_cli_run().call_run(&mut store).await
+            })
+        }
+        crate::World::Service => Box::pin(async move {
+            let command = wasmtime_wasi::p3::bindings::Command::instantiate_async(
+                &mut store, &component, &linker,
+            )
+            .await?;
+            store
+                .run_concurrent(async move |store| command.wasi_cli_run().call_run(store).await)
+                .await?
+        }),
+    };
     let result = spindle::block_on(async move {
         let mut run = run;
         std::future::poll_fn(|cx| {
