@@ -1,5 +1,5 @@
-//! spindle-http: an HTTP/1.1 server and client on Spindle fibers, with
-//! TLS (rustls).
+//! spindle-http: an HTTP/1.1 and HTTP/2 server and client on Spindle
+//! fibers, with TLS (rustls).
 //!
 //! A handler is an ordinary function `Fn(Request<Body>) -> Response<Body>`
 //! run on the connection's own fiber: it may read the request body, sleep,
@@ -22,6 +22,8 @@
 //! | module | what |
 //! |---|---|
 //! | `h1` | the HTTP/1.1 codec, pure functions over bytes shared by both roles: request and response heads, framing, the chunked coding, the one body decoder |
+//! | `h2` | HTTP/2 on the `h2` crate, driven from fibers: the socket as `AsyncRead`/`AsyncWrite`, a server connection with a fiber per stream, a stream's body and trailers in and out |
+//! | `serving` | what a server's connections share: the handler, the drain signal |
 //! | `server` | the accept loop, admission, the registry of connections, drain |
 //! | `conn` | a connection's request loop: phases and their timeouts, responses, lingering close after an error |
 //! | `read_buf` | a connection's read buffer: reads in place, handed back to a per-thread cache while a handler runs |

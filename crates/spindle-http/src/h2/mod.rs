@@ -18,6 +18,10 @@
 //!   `block_on`s of the stream's `poll_*` calls ([`recv`], [`send`]), so a
 //!   handler that waits parks only its own stream.
 //!
+//! The client's side (`client/h2.rs`) uses the same [`io`], [`recv`] and
+//! [`send`]: a fiber drives each connection, and every caller's fiber
+//! parks on its own stream.
+//!
 //! # Limits
 //!
 //! `h2`'s own (concurrent streams, header list size, windows, the send
