@@ -28,7 +28,7 @@
 //! | `conn` | a connection's request loop: phases and their timeouts, responses, lingering close after an error |
 //! | `read_buf` | a connection's read buffer: reads in place, handed back to a per-thread cache while a handler runs |
 //! | `body` | [`Body`]: streamed request bodies (length or chunked), whole or streamed responses |
-//! | `client` | [`Client`]: `http://` and `https://` requests with a keep-alive pool per origin; response bodies stream from the connection |
+//! | `client` | [`Client`]: `http://` and `https://` requests over HTTP/1.1 (a keep-alive pool per origin) or HTTP/2 (one shared connection per origin, by ALPN or prior knowledge); response bodies stream from the connection |
 //! | `error` | [`Error`] and [`ErrorKind`]: what a client request failed on |
 //! | `gone` | [`ClientGone`]: a handler's watch on its client leaving |
 //! | `config` | [`ServerConfig`]: limits and timeouts |
