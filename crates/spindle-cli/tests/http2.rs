@@ -101,13 +101,26 @@ fn h2_over_tls_by_alpn_and_h2spec_passes_every_case() {
         return;
     };
     let port = s.url.rsplit(':').next().unwrap().trim_end_matches('/');
-    let out = Command::new("timeout")
-        .arg("120")
-        .arg(h2spec)
-        .args(["-t", "-k", "-h", "127.0.0.1", "-p", port])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let run = || {
+        let out = Command::new("timeout")
+            .arg("120")
+            .arg(&h2spec)
+            .args(["-t", "-k", "-h", "127.0.0.1", "-p", port])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let mut stdout = run();
+    // The one case that races by its design (see spindle-http's
+    // `h2spec_passes_every_case_over_h2c`): overflowing WINDOW_UPDATEs on
+    // a stream the guest may have answered and closed before they arrive.
+    let raced = "Sends multiple WINDOW_UPDATE frames increasing the flow control window to above 2^31-1 on a stream";
+    if stdout.contains("146 tests, 145 passed, 0 skipped, 1 failed")
+        && stdout.contains(&format!("× 3: {raced}"))
+    {
+        eprintln!("h2spec: the window-update race lost once; again");
+        stdout = run();
+    }
     assert!(
         stdout.contains("146 tests, 146 passed, 0 skipped, 0 failed"),
         "{stdout}"

@@ -88,6 +88,14 @@ fn handler(req: Request<Body>) -> Response<Body> {
     }
 }
 
+/// Held by the tests that load the machine (floods, h2load) and by h2spec,
+/// so that h2spec's timing-sensitive cases never run beside a flood.
+static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ALONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn config() -> ServerConfig {
     ServerConfig::default()
         .write_timeout(Duration::from_secs(1))
@@ -269,6 +277,7 @@ for (let i = 0; i < 100; i++) {{
 
 #[test]
 fn h2load_completes_every_request() {
+    let _alone = alone();
     let rt = Runtime::builder().workers(2).build().unwrap();
     let (addr, _) = start(&rt, config());
     let out = Command::new("timeout")
@@ -297,24 +306,41 @@ fn h2spec_passes_every_case_over_h2c() {
         eprintln!("H2SPEC is not set: h2spec not run (.ci/run builds it)");
         return;
     };
+    let _alone = alone();
     let rt = Runtime::builder().workers(2).build().unwrap();
     let (addr, _) = start(&rt, config());
-    let out = Command::new("timeout")
-        .arg("120")
-        .arg(h2spec)
-        .args(["-h", "127.0.0.1", "-p", &addr.port().to_string()])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        stdout.contains("146 tests, 146 passed, 0 skipped, 0 failed"),
-        "{stdout}"
-    );
+    let run = || {
+        let out = Command::new("timeout")
+            .arg("120")
+            .arg(&h2spec)
+            .args(["-h", "127.0.0.1", "-p", &addr.port().to_string()])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let all = "146 tests, 146 passed, 0 skipped, 0 failed";
+    let mut stdout = run();
+    // One case races by its design: it opens a stream with a body still to
+    // come, then sends two WINDOW_UPDATEs that overflow its window, and
+    // wants the RST_STREAM(FLOW_CONTROL_ERROR) they earn. If the handler
+    // (this one answers without reading the body) has answered before they
+    // arrive, the stream is closed with RST_STREAM(NO_ERROR) first, as RFC
+    // 9113 §8.1 asks, and the window updates land on a closed stream. When
+    // that case alone failed, the suite runs once more.
+    let raced = "Sends multiple WINDOW_UPDATE frames increasing the flow control window to above 2^31-1 on a stream";
+    if stdout.contains("146 tests, 145 passed, 0 skipped, 1 failed")
+        && stdout.contains(&format!("× 3: {raced}"))
+    {
+        eprintln!("h2spec: the window-update race lost once; again");
+        stdout = run();
+    }
+    assert!(stdout.contains(all), "{stdout}");
     still_serves(addr);
 }
 
 #[test]
 fn rapid_reset_is_bounded_and_others_are_served() {
+    let _alone = alone();
     let rt = Runtime::builder().workers(2).build().unwrap();
     let (addr, _) = start(&rt, config());
     let before = rss();
@@ -328,6 +354,7 @@ fn rapid_reset_is_bounded_and_others_are_served() {
 
 #[test]
 fn continuation_flood_is_cut_off() {
+    let _alone = alone();
     let rt = Runtime::builder().workers(2).build().unwrap();
     let (addr, _) = start(&rt, config());
     let before = rss();
@@ -341,6 +368,7 @@ fn continuation_flood_is_cut_off() {
 
 #[test]
 fn settings_flood_holds_bounded_memory() {
+    let _alone = alone();
     let rt = Runtime::builder().workers(2).build().unwrap();
     let (addr, _) = start(&rt, config());
     let before = rss();
@@ -352,6 +380,7 @@ fn settings_flood_holds_bounded_memory() {
 
 #[test]
 fn a_peer_that_never_opens_its_window_gets_a_reset_not_our_memory() {
+    let _alone = alone();
     let rt = Runtime::builder().workers(2).build().unwrap();
     let (addr, _) = start(&rt, config());
     let before = BIG_PRODUCED.load(Ordering::Relaxed);
@@ -379,6 +408,7 @@ fn a_body_that_never_comes_times_out_with_408() {
 
 #[test]
 fn streams_past_the_limit_are_refused_and_the_rest_answered() {
+    let _alone = alone();
     let rt = Runtime::builder().workers(2).build().unwrap();
     let (addr, _) = start(&rt, config());
     let r = peer("streams", addr);
@@ -766,6 +796,7 @@ fn too_many_header_fields_get_431_on_their_stream() {
 
 #[test]
 fn floods_of_empty_or_tiny_data_frames_and_pings_are_bounded() {
+    let _alone = alone();
     let rt = Runtime::builder().workers(2).build().unwrap();
     let (addr, _) = start(&rt, config());
     let before = rss();
