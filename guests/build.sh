@@ -8,13 +8,13 @@
 set -eu
 cd "$(dirname "$0")"
 cargo build --release --target wasm32-wasip2
-for g in hello echo fetch sleep burn alloc trap noreply env relay grpc print; do
+for g in hello echo fetch sleep burn alloc trap noreply env relay grpc print kv; do
     cp "target/wasm32-wasip2/release/$g.wasm" "wasm/$g.wasm"
 done
 cp target/wasm32-wasip2/release/fetch-cmd.wasm wasm/fetch-cmd.wasm
 cp target/wasm32-wasip2/release/trap-cmd.wasm wasm/trap-cmd.wasm
 # WASI 0.3 (wasi:http/service) guests, built with the wasip3 crate.
-for g in hello echo sleep fetch burn fanout gate grpc; do
+for g in hello echo sleep fetch burn fanout gate grpc kv; do
     cp "target/wasm32-wasip2/release/${g}_p3.wasm" "wasm/$g-p3.wasm"
 done
 cp target/wasm32-wasip2/release/fetch_cmd_p3.wasm wasm/fetch-cmd-p3.wasm

@@ -83,6 +83,24 @@ pub(crate) struct GuestArgs {
     /// Environment variable for the guest (K=V). May repeat.
     #[arg(long, value_name = "K=V", value_parser = key_value)]
     pub(crate) env: Vec<(String, String)>,
+    /// A wasi:keyvalue store: NAME=URL, URL being file:PATH (embedded,
+    /// durable), redis://HOST:PORT/DB (shared by replicas) or memory:.
+    /// A guest opens `default` with the empty name. With one component
+    /// every store given is granted to it; a manifest grants per
+    /// component, and a store given here replaces the manifest's of that
+    /// name. May repeat; comma-separated in the variable [default:
+    /// default=file:DATA_DIR/default.redb, for a component that imports
+    /// wasi:keyvalue]
+    #[arg(long, value_name = "NAME=URL", value_parser = key_value, value_delimiter = ',', env = "SPINDLE_KEYVALUE")]
+    pub(crate) keyvalue: Vec<(String, String)>,
+    /// Where the embedded default store is kept [default:
+    /// $XDG_DATA_HOME/spindle, else $HOME/.local/share/spindle]
+    #[arg(long, value_name = "DIR", env = "SPINDLE_DATA_DIR")]
+    pub(crate) data_dir: Option<PathBuf>,
+    /// A wasi:config variable for the guest (K=V); a manifest component's
+    /// own `config` table wins over it. May repeat.
+    #[arg(long = "config", value_name = "K=V", value_parser = key_value)]
+    pub(crate) config_vars: Vec<(String, String)>,
 }
 
 #[derive(Args)]
@@ -201,6 +219,9 @@ impl GuestArgs {
         }
         for (k, v) in &self.env {
             config = config.env(k, v);
+        }
+        for (k, v) in &self.config_vars {
+            config = config.config_var(k, v);
         }
         Ok(config)
     }

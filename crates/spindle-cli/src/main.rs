@@ -13,6 +13,7 @@ mod log_writer;
 mod manifest;
 mod metrics;
 mod serve;
+mod stores;
 
 use std::process::ExitCode;
 
@@ -171,7 +172,13 @@ fn run(args: RunArgs) -> Result<ExitCode, String> {
     let app = args.command[0].clone();
     let wasm = std::fs::read(&app).map_err(|e| format!("{app}: {e}"))?;
     let guest_args = args.command;
-    let config = args.guest.apply(HostConfig::default())?;
+    let mut config = args.guest.apply(HostConfig::default())?;
+    if spindle_wasm::imports_keyvalue(&wasm) {
+        let g = &args.guest;
+        let mut stores = stores::Stores::new(Default::default(), &g.keyvalue, g.data_dir.clone());
+        let names = stores.names();
+        config = stores.grant(config, &names)?;
+    }
     match spindle::run(move || spindle_wasm::run_command(&wasm, &guest_args, config)) {
         Ok(status) => Ok(ExitCode::from(status.clamp(0, 255) as u8)),
         Err(e) if e.downcast_ref::<spindle_wasm::Trap>().is_some() => {

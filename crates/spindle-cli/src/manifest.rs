@@ -17,12 +17,21 @@
 //! env = { MODE = "production" }
 //! max_instance_concurrency = 1   # WASI 0.3: never interleave requests
 //! max_instance_reuse = 64
+//! keyvalue = ["default", "cache"]  # the stores it may open (wasi:keyvalue)
+//! config = { greeting = "hi" }     # its wasi:config variables
 //!
 //! [[component]]
 //! name = "site"
 //! path = "site.wasm"
 //! routes = ["/", "/about"]       # exact routes
+//!
+//! [keyvalue]                       # the stores, by name (a table of its own)
+//! default = "file:data/app.redb"   # embedded, relative to the manifest
+//! cache = "redis://redis:6379/0"   # shared by every replica
 //! ```
+//!
+//! A store named `default` need not be defined: it is then the embedded
+//! one under the data directory (`--data-dir`).
 //!
 //! A path goes to the component whose route matches it most specifically:
 //! the longest route wins, and an exact route beats a prefix route of the
@@ -38,6 +47,8 @@ use toml::Spanned;
 #[derive(Debug)]
 pub struct Manifest {
     pub components: Vec<ComponentSpec>,
+    /// The key-value stores, name to URL.
+    pub keyvalue: std::collections::BTreeMap<String, String>,
 }
 
 /// One `[[component]]` table.
@@ -65,12 +76,20 @@ pub struct ComponentSpec {
     pub outbound_h2c: Vec<String>,
     #[serde(default)]
     pub env: HashMap<String, String>,
+    /// The key-value stores it may open, by name.
+    #[serde(default)]
+    pub keyvalue: Vec<Spanned<String>>,
+    /// Its `wasi:config` variables.
+    #[serde(default)]
+    pub config: HashMap<String, String>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct File {
     component: Vec<ComponentSpec>,
+    #[serde(default)]
+    keyvalue: std::collections::BTreeMap<String, Spanned<String>>,
 }
 
 /// A route: an exact path, or a prefix (`/api/...`).
@@ -161,6 +180,14 @@ impl Manifest {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let mut m = Manifest::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         let base = path.parent().unwrap_or(Path::new("."));
+        for url in m.keyvalue.values_mut() {
+            if let Some(file) = url
+                .strip_prefix("file:")
+                .filter(|f| Path::new(f).is_relative())
+            {
+                *url = format!("file:{}", base.join(file).display());
+            }
+        }
         for c in &mut m.components {
             let span = c.path.span();
             let file = c.path.get_mut();
@@ -202,8 +229,35 @@ impl Manifest {
                     .map_err(|e| format!("line {}: {e}", line_of(r.span().start)))?;
             }
         }
+        let mut keyvalue = std::collections::BTreeMap::new();
+        for (name, url) in file.keyvalue {
+            let known = ["file:", "redis://", "rediss://", "memory:"];
+            if !known.iter().any(|k| url.get_ref().starts_with(k)) || url.get_ref() == "file:" {
+                return Err(format!(
+                    "line {}: key-value store {name:?}: {:?} is not file:PATH, \
+                     redis://HOST:PORT/DB or memory:",
+                    line_of(url.span().start),
+                    url.get_ref()
+                ));
+            }
+            keyvalue.insert(name, url.into_inner());
+        }
+        for c in &file.component {
+            for grant in &c.keyvalue {
+                let name = grant.get_ref();
+                if name != "default" && !keyvalue.contains_key(name) {
+                    return Err(format!(
+                        "line {}: component {:?} is granted the key-value store {name:?}, \
+                         which [keyvalue] does not define",
+                        line_of(grant.span().start),
+                        c.name
+                    ));
+                }
+            }
+        }
         let m = Manifest {
             components: file.component,
+            keyvalue,
         };
         // Conflicts, named with the line of the second claim.
         let names: Vec<String> = m.components.iter().map(|c| c.name.clone()).collect();
@@ -314,6 +368,21 @@ routes = ["/", "/api/special/deep", "/..."]
         let dup = "[[component]]\nname = \"a\"\npath = \"a\"\nroutes = [\"/\"]\n[[component]]\nname = \"a\"\npath = \"b\"\nroutes = [\"/b\"]\n";
         assert!(Manifest::parse(dup).unwrap_err().contains("used twice"));
         assert!(Manifest::parse("").unwrap_err().contains("component"));
+    }
+
+    #[test]
+    fn stores_are_defined_once_and_granted_by_name() {
+        let ok = "[keyvalue]\ncache = \"redis://r:6379/0\"\n\n[[component]]\nname = \"a\"\npath = \"a.wasm\"\nroutes = [\"/\"]\nkeyvalue = [\"default\", \"cache\"]\nconfig = { k = \"v\" }\n";
+        let m = Manifest::parse(ok).unwrap();
+        assert_eq!(m.keyvalue["cache"], "redis://r:6379/0");
+        assert_eq!(m.components[0].keyvalue.len(), 2);
+        assert_eq!(m.components[0].config["k"], "v");
+        let undefined = ok.replace("\"default\", \"cache\"", "\"nope\"");
+        let e = Manifest::parse(&undefined).unwrap_err();
+        assert!(e.contains("line 8") && e.contains("\"nope\""), "{e}");
+        let bad_url = ok.replace("redis://r:6379/0", "mysql://x");
+        let e = Manifest::parse(&bad_url).unwrap_err();
+        assert!(e.contains("line 2") && e.contains("mysql"), "{e}");
     }
 
     #[test]

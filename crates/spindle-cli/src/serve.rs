@@ -28,6 +28,7 @@ use spindle_wasm::{Host, HostConfig};
 use crate::args::{memory_bytes, seconds, seconds_or_zero, ServeArgs};
 use crate::manifest::{Manifest, Route, Router};
 use crate::metrics::{Metrics, RouteMetrics};
+use crate::stores::Stores;
 
 /// What serving needs: the components, how paths reach them, the metrics.
 struct App {
@@ -49,9 +50,19 @@ impl App {
             Some(path) => {
                 let m = Manifest::load(path)?;
                 let router = m.router();
+                let mut stores = Stores::new(
+                    m.keyvalue,
+                    &args.guest.keyvalue,
+                    args.guest.data_dir.clone(),
+                );
                 let mut specs = Vec::new();
                 for c in m.components {
                     let config = component_config(base.clone(), &c)?;
+                    let grants: Vec<String> =
+                        c.keyvalue.iter().map(|g| g.get_ref().clone()).collect();
+                    let config = stores
+                        .grant(config, &grants)
+                        .map_err(|e| format!("component {:?}: {e}", c.name))?;
                     specs.push((c.name, Some(c.path.into_inner()), config));
                 }
                 (specs, router)
@@ -74,6 +85,20 @@ impl App {
             let wasm = match &path {
                 Some(p) => read(p)?,
                 None => spindle_wasm::HELLO_WASM.to_vec(),
+            };
+            // One component from the command line is granted every store
+            // given there, and `default` (opened only if it uses them).
+            let config = match (&args.app, spindle_wasm::imports_keyvalue(&wasm)) {
+                (None, true) => {
+                    let mut stores = Stores::new(
+                        Default::default(),
+                        &args.guest.keyvalue,
+                        args.guest.data_dir.clone(),
+                    );
+                    let names = stores.names();
+                    stores.grant(config, &names)?
+                }
+                _ => config,
             };
             let config = config.observer(metrics.observer(&name));
             let host = Host::new(&wasm, config).map_err(|e| format!("{name}: {e:#}"))?;
@@ -243,6 +268,9 @@ fn component_config(
     }
     for (k, v) in &c.env {
         config = config.env(k, v);
+    }
+    for (k, v) in &c.config {
+        config = config.config_var(k, v);
     }
     Ok(config)
 }

@@ -35,6 +35,24 @@ pub struct HostConfig {
     pub(crate) instance_reuse: Option<usize>,
     pub(crate) instance_concurrency: usize,
     pub(crate) instance_idle_timeout: Duration,
+    /// The key-value stores granted, by the name a guest opens.
+    pub(crate) keyvalue: crate::keyvalue::wasi::Grants,
+    /// The `wasi:config` variables.
+    pub(crate) config_vars: ConfigVars,
+}
+
+/// The `wasi:config` variables, shared by every store (a newtype so the
+/// config stays `Debug` and cheap to clone).
+#[derive(Clone, Default)]
+pub(crate) struct ConfigVars {
+    pairs: std::collections::BTreeMap<String, String>,
+    pub(crate) shared: Arc<wasmtime_wasi_config::WasiConfigVariables>,
+}
+
+impl std::fmt::Debug for ConfigVars {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(&self.pairs).finish()
+    }
 }
 
 /// The optional observer (a newtype so the config stays `Debug`).
@@ -76,6 +94,8 @@ impl Default for HostConfig {
             instance_reuse: None,
             instance_concurrency: DEFAULT_INSTANCE_CONCURRENCY,
             instance_idle_timeout: Duration::from_secs(1),
+            keyvalue: Arc::default(),
+            config_vars: ConfigVars::default(),
         }
     }
 }
@@ -244,6 +264,45 @@ impl HostConfig {
     /// An instance with no request for `t` is dropped.
     pub fn instance_idle_timeout(mut self, t: Duration) -> Self {
         self.instance_idle_timeout = t;
+        self
+    }
+
+    /// Grants guests the key-value store `store` under `name`: a guest
+    /// opens it through `wasi:keyvalue/store.open(name)`, and the store
+    /// named `default` also with the empty name. A name not granted is
+    /// `error::access-denied`. Granting a name again replaces the store.
+    ///
+    /// ```
+    /// let sessions = spindle_wasm::KeyValue::open("memory:").unwrap();
+    /// let config = spindle_wasm::HostConfig::default().keyvalue("sessions", sessions);
+    /// assert_eq!(config.keyvalue_names().collect::<Vec<_>>(), ["sessions"]);
+    /// ```
+    pub fn keyvalue(mut self, name: &str, store: crate::KeyValue) -> Self {
+        Arc::make_mut(&mut self.keyvalue).insert(name.to_string(), store);
+        self
+    }
+
+    /// The names of the key-value stores granted.
+    pub fn keyvalue_names(&self) -> impl Iterator<Item = &str> {
+        self.keyvalue.keys().map(String::as_str)
+    }
+
+    /// A `wasi:config` variable guests read with `store.get(key)` (given
+    /// again, the last value wins).
+    ///
+    /// ```
+    /// let config = spindle_wasm::HostConfig::default().config_var("greeting", "hello");
+    /// # drop(config);
+    /// ```
+    pub fn config_var(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        let vars = &mut self.config_vars;
+        vars.pairs.insert(key.into(), value.into());
+        vars.shared = Arc::new(
+            vars.pairs
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect(),
+        );
         self
     }
 }

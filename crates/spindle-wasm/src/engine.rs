@@ -84,14 +84,22 @@ pub(crate) fn engine(config: &HostConfig, world: World) -> wasmtime::Result<Engi
     Engine::new(&c)
 }
 
-/// The WASI 0.2 imports a Rust-std guest needs, plus `wasi:http`; for a
+/// The WASI 0.2 imports a Rust-std guest needs, plus `wasi:http`,
+/// `wasi:keyvalue` and `wasi:config`; for a
 /// WASI 0.3 component, WASI 0.3 and its `wasi:http` too (a guest built
 /// with the `wasip3` crate still imports WASI 0.2's `wasi:cli` through Rust's
 /// std), with its clock waits on spindle's timers (see `clocks`).
 pub(crate) fn linker(engine: &Engine, world: World) -> wasmtime::Result<Linker<GuestState>> {
-    let mut linker = Linker::new(engine);
+    let mut linker: Linker<GuestState> = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    crate::keyvalue::wasi::add_to_linker(&mut linker, |s| crate::keyvalue::wasi::KvView {
+        grants: &s.kv,
+        table: &mut s.table,
+    })?;
+    wasmtime_wasi_config::add_to_linker(&mut linker, |s| {
+        wasmtime_wasi_config::WasiConfig::new(&s.config_vars)
+    })?;
     if world == World::Service {
         wasmtime_wasi::p3::add_to_linker(&mut linker)?;
         wasmtime_wasi_http::p3::add_to_linker(&mut linker)?;

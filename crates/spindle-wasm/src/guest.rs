@@ -40,6 +40,10 @@ pub(crate) struct GuestState {
     pub(crate) hooks: OutboundHooks,
     /// What this store's log lines name (renamed when it is reused).
     pub(crate) tag: Tag,
+    /// The key-value stores granted (see `keyvalue`).
+    pub(crate) kv: crate::keyvalue::wasi::Grants,
+    /// The `wasi:config` variables.
+    pub(crate) config_vars: Arc<wasmtime_wasi_config::WasiConfigVariables>,
 }
 
 impl GuestState {
@@ -66,6 +70,8 @@ impl GuestState {
                 background: None,
             },
             tag,
+            kv: config.keyvalue.clone(),
+            config_vars: config.config_vars.shared.clone(),
         }
     }
 }

@@ -32,8 +32,9 @@
 //! | `clocks` | `wasi:clocks/monotonic-clock@0.3.0` waits on spindle's timers |
 //! | `outbound` | [`AllowList`] and the `send_request` hook onto spindle-http's client |
 //! | `command` | [`run_command`]: a `wasi:cli/run` component, like `wasmtime run` |
+//! | `keyvalue/` | [`KeyValue`]: `wasi:keyvalue` stores in memory, in a file (redb), on Redis, and the imports on their grants |
 //! | `log` | guest stdout/stderr into the host's log, prefixed by request |
-//! | `config` | [`HostConfig`]: caps, fuel, memory, deadline, grants |
+//! | `config` | [`HostConfig`]: caps, fuel, memory, deadline, grants, `wasi:config` variables |
 
 #![forbid(unsafe_code)]
 
@@ -44,6 +45,7 @@ mod config;
 mod engine;
 mod guest;
 mod host;
+mod keyvalue;
 mod log;
 mod outbound;
 mod proxy;
@@ -54,11 +56,12 @@ mod world;
 pub use command::run_command;
 pub use config::HostConfig;
 pub use host::Host;
+pub use keyvalue::KeyValue;
 pub use outbound::AllowList;
 pub use report::{Observer, Outcome, RequestReport};
 /// A guest's trap, as in a [`run_command`] error (`error.downcast_ref::<Trap>()`).
 pub use wasmtime::Trap;
-pub use world::World;
+pub use world::{imports_keyvalue, World};
 
 /// The built-in `Hello, World!` component (`guests/hello`), served by
 /// `spindle serve` when no application is given.

@@ -95,9 +95,32 @@ pub(crate) fn misfit(wasm: &[u8], want: Want) -> Option<String> {
     }
 }
 
-/// The names a component exports at its top level (nested modules and
-/// components skipped); what cannot be parsed ends the list.
+/// Whether the component in `wasm` imports `wasi:keyvalue` (any of its
+/// interfaces): it needs a store granted to do anything with it.
+///
+/// ```
+/// assert!(!spindle_wasm::imports_keyvalue(spindle_wasm::HELLO_WASM));
+/// ```
+pub fn imports_keyvalue(wasm: &[u8]) -> bool {
+    top_level_names(wasm, Side::Imports)
+        .iter()
+        .any(|n| n.starts_with("wasi:keyvalue/"))
+}
+
+/// The names a component exports at its top level.
 fn top_level_exports(wasm: &[u8]) -> Vec<String> {
+    top_level_names(wasm, Side::Exports)
+}
+
+#[derive(PartialEq)]
+enum Side {
+    Imports,
+    Exports,
+}
+
+/// The names a component imports or exports at its top level (nested
+/// modules and components skipped); what cannot be parsed ends the list.
+fn top_level_names(wasm: &[u8], side: Side) -> Vec<String> {
     use wasmparser::{Parser, Payload};
     let mut names = Vec::new();
     let mut depth = 0usize;
@@ -109,7 +132,15 @@ fn top_level_exports(wasm: &[u8]) -> Vec<String> {
                 Some(d) => depth = d,
                 None => break,
             },
-            Payload::ComponentExportSection(exports) if depth == 0 => {
+            Payload::ComponentImportSection(imports) if depth == 0 && side == Side::Imports => {
+                names.extend(
+                    imports
+                        .into_iter()
+                        .flatten()
+                        .map(|i| i.name.name.to_string()),
+                );
+            }
+            Payload::ComponentExportSection(exports) if depth == 0 && side == Side::Exports => {
                 names.extend(
                     exports
                         .into_iter()
