@@ -100,3 +100,77 @@ pub fn upstream(
     });
     (rt, addr)
 }
+
+/// A program from wasmtime v48's own test suite, from
+/// `guests/third-party/wasmtime-48`.
+pub fn third_party(name: &str) -> Vec<u8> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../guests/third-party/wasmtime-48")
+        .join(format!("{name}.wasm"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A `redis-server` of its own on a free port of 127.0.0.1, no
+/// persistence, killed on drop (Debian's package; `.ci/run` installs it).
+/// It can be stopped and started again on the same port.
+pub struct Redis {
+    pub port: u16,
+    server: Option<std::process::Child>,
+}
+
+impl Redis {
+    pub fn start() -> Redis {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut r = Redis { port, server: None };
+        r.restart();
+        r
+    }
+
+    /// Starts the server (again), empty, and waits until it answers.
+    pub fn restart(&mut self) {
+        self.stop();
+        let server = std::process::Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server is not installed (apt-get install redis-server; .ci/run does)");
+        self.server = Some(server);
+        let started = std::time::Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(started.elapsed() < Duration::from_secs(20), "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kills the server.
+    pub fn stop(&mut self) {
+        if let Some(mut s) = self.server.take() {
+            let _ = s.kill();
+            let _ = s.wait();
+        }
+    }
+
+    /// The URL of database `db`.
+    pub fn url(&self, db: u8) -> String {
+        format!("redis://127.0.0.1:{}/{db}", self.port)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A fresh temporary directory for this test.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("spindle-wasm-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
