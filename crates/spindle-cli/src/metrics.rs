@@ -43,6 +43,7 @@ pub struct Metrics {
     running: Family<Labels, Gauge>,
     queued: Family<Labels, Gauge>,
     instances: Family<Labels, Gauge>,
+    memory: Family<Labels, Gauge>,
     workers: Gauge,
     live_fibers: Gauge,
     queued_fibers: Gauge,
@@ -90,6 +91,7 @@ impl Metrics {
             running: Family::default(),
             queued: Family::default(),
             instances: Family::default(),
+            memory: Family::default(),
             workers: Gauge::default(),
             live_fibers: Gauge::default(),
             queued_fibers: Gauge::default(),
@@ -152,6 +154,11 @@ impl Metrics {
             "guest_instances",
             "Guest instances alive now",
             m.instances.clone(),
+        );
+        r.register(
+            "guest_memory_bytes",
+            "Linear memory the component's live instances hold now",
+            m.memory.clone(),
         );
         r.register(
             "runtime_workers",
@@ -264,6 +271,9 @@ impl Metrics {
             self.instances
                 .get_or_create(&l)
                 .set(host.instances() as i64);
+            self.memory
+                .get_or_create(&l)
+                .set(host.memory_bytes() as i64);
         }
         if let Some(stats) = spindle::stats() {
             self.workers.set(stats.workers.len() as i64);

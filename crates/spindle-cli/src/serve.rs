@@ -80,7 +80,7 @@ impl App {
                 (vec![(name, args.wasm.clone(), base)], router)
             }
         };
-        let mut hosts = Vec::new();
+        let mut loaded = Vec::new();
         for (name, path, config) in specs {
             let wasm = match &path {
                 Some(p) => read(p)?,
@@ -90,16 +90,30 @@ impl App {
             // given there, and `default` (opened only if it uses them).
             let config = match (&args.app, spindle_wasm::imports_keyvalue(&wasm)) {
                 (None, true) => {
-                    let mut stores = Stores::new(
-                        Default::default(),
-                        &args.guest.keyvalue,
-                        args.guest.data_dir.clone(),
-                    );
+                    let g = &args.guest;
+                    let mut stores =
+                        Stores::new(Default::default(), &g.keyvalue, g.data_dir.clone());
                     let names = stores.names();
                     stores.grant(config, &names)?
                 }
                 _ => config,
             };
+            loaded.push((name, wasm, config));
+        }
+        // A manifest's components share one engine and instance pool per
+        // world, so that dozens of them fit in one process.
+        if args.app.is_some() {
+            let share = spindle_wasm::EngineShare::for_components(
+                loaded
+                    .iter()
+                    .map(|(_, wasm, config)| (wasm.as_slice(), config)),
+            );
+            for (_, _, config) in &mut loaded {
+                *config = config.clone().engine_share(share.clone());
+            }
+        }
+        let mut hosts = Vec::new();
+        for (name, wasm, config) in loaded {
             let config = config.observer(metrics.observer(&name));
             let host = Host::new(&wasm, config).map_err(|e| format!("{name}: {e:#}"))?;
             hosts.push((name, host));

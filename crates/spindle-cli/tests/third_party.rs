@@ -76,7 +76,8 @@ fn test_net_is_unreachable() -> bool {
 fn every_wasi_0_3_outbound_request_command_passes_under_spindle_run() {
     let (_upstream, echo) = echo_upstream();
     let h2_only = h2_only_upstream();
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../guests/third-party/wasmtime-48");
+    let dir =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../guests/third-party/wasmtime-48");
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .filter_map(|e| {
@@ -116,7 +117,12 @@ fn every_wasi_0_3_outbound_request_command_passes_under_spindle_run() {
             ));
         }
     }
-    assert!(failed.is_empty(), "{} failed:\n{}", failed.len(), failed.join("\n"));
+    assert!(
+        failed.is_empty(),
+        "{} failed:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
 }
 
 /// A raw HTTP/1.1 exchange: writes `request`, reads to the end.
@@ -153,7 +159,12 @@ fn wasmtimes_wasi_0_3_echo_sends_the_request_trailers_back() {
 #[test]
 fn wasmtimes_print_program_logs_one_line_per_piece_written_line() {
     let mut cmd = spindle();
-    cmd.args(["serve", &program("p2_cli_serve_with_print"), "--listen", "127.0.0.1:0"]);
+    cmd.args([
+        "serve",
+        &program("p2_cli_serve_with_print"),
+        "--listen",
+        "127.0.0.1:0",
+    ]);
     let s = Served::start(cmd);
     for _ in 0..2 {
         assert_eq!(common::curl(&s.url, &[]).0, 200);
@@ -165,5 +176,10 @@ fn wasmtimes_print_program_logs_one_line_per_piece_written_line() {
     assert_eq!(count("this is half a print to stderr"), 2, "{err}");
     assert_eq!(count("this is half a print to stdout"), 2, "{err}");
     assert_eq!(count("after empty"), 4, "{err}");
-    assert!(!guest.iter().any(|l| l.ends_with("guest: 1") || l.contains("guest: 1 ")), "{err}");
+    assert!(
+        !guest
+            .iter()
+            .any(|l| l.ends_with("guest: 1") || l.contains("guest: 1 ")),
+        "{err}"
+    );
 }

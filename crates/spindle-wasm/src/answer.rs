@@ -59,6 +59,8 @@ pub(crate) fn failure(outcome: Outcome) -> Response<Body> {
         Outcome::Trap => plain(StatusCode::INTERNAL_SERVER_ERROR, "guest trapped"),
         // Nobody reads it; the status is for the access log (nginx's 499).
         Outcome::ClientClosed => plain(CLIENT_CLOSED, "client closed the connection"),
+        // The process's shared instance pool is full (see `EngineShare`).
+        Outcome::Busy => plain(StatusCode::SERVICE_UNAVAILABLE, "server busy"),
         _ => plain(StatusCode::INTERNAL_SERVER_ERROR, "guest failed"),
     }
 }
@@ -66,6 +68,11 @@ pub(crate) fn failure(outcome: Outcome) -> Response<Body> {
 /// How a failed guest call ended, for the observer: `memory_hit` when the
 /// store's limiter refused the guest memory during the call.
 pub(crate) fn classify(e: &wasmtime::Error, memory_hit: bool) -> Outcome {
+    if e.downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
+        .is_some()
+    {
+        return Outcome::Busy;
+    }
     match e.downcast_ref::<wasmtime::Trap>() {
         Some(wasmtime::Trap::OutOfFuel) => Outcome::FuelExhausted,
         _ if memory_hit => Outcome::MemoryLimit,

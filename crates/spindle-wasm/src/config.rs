@@ -39,6 +39,8 @@ pub struct HostConfig {
     pub(crate) keyvalue: crate::keyvalue::wasi::Grants,
     /// The `wasi:config` variables.
     pub(crate) config_vars: ConfigVars,
+    /// Engines shared with other hosts, if any.
+    pub(crate) engine_share: Option<crate::EngineShare>,
 }
 
 /// The `wasi:config` variables, shared by every store (a newtype so the
@@ -96,6 +98,7 @@ impl Default for HostConfig {
             instance_idle_timeout: Duration::from_secs(1),
             keyvalue: Arc::default(),
             config_vars: ConfigVars::default(),
+            engine_share: None,
         }
     }
 }
@@ -303,6 +306,13 @@ impl HostConfig {
                 .map(|(k, v)| (k.as_str(), v.as_str()))
                 .collect(),
         );
+        self
+    }
+
+    /// Runs this host's guests on the engines of `share`, with the other
+    /// hosts given it (see [`EngineShare`](crate::EngineShare)).
+    pub fn engine_share(mut self, share: crate::EngineShare) -> Self {
+        self.engine_share = Some(share);
         self
     }
 }

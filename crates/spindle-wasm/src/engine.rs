@@ -39,8 +39,116 @@ pub(crate) fn instance_slots(config: &HostConfig, world: World) -> usize {
     }
 }
 
-/// Builds the engine every guest of a host runs on.
+/// The most instance slots one world's shared pool reserves for a whole
+/// process: at about 8 GiB of address space each, 3 000 of them take a
+/// quarter of what x86-64 gives a process, with room for the other world.
+pub(crate) const PROCESS_SLOTS: usize = 3000;
+
+/// Engines shared by every host of a process that is given the share
+/// ([`HostConfig::engine_share`](crate::HostConfig::engine_share)): one per
+/// world, each with one pooling allocator sized for all of the hosts
+/// together (capped at 3 000 instance slots). Without a share each host
+/// reserves a pool of its own, sized for its own `max_concurrent` — about
+/// 8 TB of address space at the defaults — so a few dozen components
+/// would not fit in one process. With it, each host still admits at most
+/// its own `max_concurrent` requests; when the shared pool itself is full
+/// a request is answered 503 like any other overload.
+///
+/// ```
+/// use spindle_wasm::{EngineShare, HostConfig};
+/// let config = HostConfig::default();
+/// let share = EngineShare::for_components([(spindle_wasm::HELLO_WASM, &config)]);
+/// assert_eq!(share.instance_slots(spindle_wasm::World::Proxy), 1000);
+/// let config = config.engine_share(share);
+/// # drop(config);
+/// ```
+#[derive(Clone)]
+pub struct EngineShare {
+    inner: std::sync::Arc<ShareInner>,
+}
+
+struct ShareInner {
+    /// Slots per world, [Proxy, Service].
+    slots: [usize; 2],
+    max_memory: usize,
+    engines: std::sync::Mutex<[Option<Engine>; 2]>,
+}
+
+impl std::fmt::Debug for EngineShare {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "EngineShare({:?} slots)", self.inner.slots)
+    }
+}
+
+impl EngineShare {
+    /// A share sized for the components `(wasm, config)` to be hosted:
+    /// the instance slots they would reserve apart, per world, up to
+    /// 3 000; and room for the largest memory limit among them.
+    pub fn for_components<'a>(
+        components: impl IntoIterator<Item = (&'a [u8], &'a HostConfig)>,
+    ) -> EngineShare {
+        let mut slots = [0usize; 2];
+        let mut max_memory = 0;
+        for (wasm, config) in components {
+            let world = World::of(wasm);
+            let i = world as usize;
+            slots[i] = slots[i].saturating_add(instance_slots(config, world));
+            max_memory = max_memory.max(config.memory_limit);
+        }
+        EngineShare {
+            inner: std::sync::Arc::new(ShareInner {
+                slots: slots.map(|n| n.clamp(1, PROCESS_SLOTS)),
+                max_memory,
+                engines: Default::default(),
+            }),
+        }
+    }
+
+    /// The instance slots the share's pool for `world` has.
+    pub fn instance_slots(&self, world: World) -> usize {
+        self.inner.slots[world as usize]
+    }
+
+    /// The world's engine, built by the first host that needs it (with
+    /// that host's code cache).
+    fn engine(&self, config: &HostConfig, world: World) -> wasmtime::Result<Engine> {
+        let mut engines = self.inner.engines.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = &engines[world as usize] {
+            return Ok(e.clone());
+        }
+        let e = build(
+            config,
+            world,
+            self.instance_slots(world),
+            self.inner.max_memory,
+        )?;
+        engines[world as usize] = Some(e.clone());
+        Ok(e)
+    }
+}
+
+/// Builds the engine every guest of a host runs on: the share's, if the
+/// host is given one, or one of its own.
 pub(crate) fn engine(config: &HostConfig, world: World) -> wasmtime::Result<Engine> {
+    match &config.engine_share {
+        Some(share) => share.engine(config, world),
+        None => build(
+            config,
+            world,
+            instance_slots(config, world),
+            config.memory_limit,
+        ),
+    }
+}
+
+/// An engine whose pool has `slots` instance slots, each memory up to
+/// `max_memory` (a host's own limit is its store limiter's).
+fn build(
+    config: &HostConfig,
+    world: World,
+    slots: usize,
+    max_memory: usize,
+) -> wasmtime::Result<Engine> {
     // wasmtime chains its own SIGSEGV handler to the one installed first:
     // ours, which names a fiber whose stack overflowed.
     spindle::install_overflow_handler();
@@ -52,7 +160,7 @@ pub(crate) fn engine(config: &HostConfig, world: World) -> wasmtime::Result<Engi
         World::Proxy => c.concurrency_support(false),
         World::Service => c.wasm_component_model_async(true),
     };
-    let n = u32::try_from(instance_slots(config, world)).unwrap_or(u32::MAX);
+    let n = u32::try_from(slots).unwrap_or(u32::MAX);
     let mut pool = PoolingAllocationConfig::new();
     pool.total_component_instances(n)
         .total_core_instances(n.saturating_mul(8))
@@ -64,7 +172,7 @@ pub(crate) fn engine(config: &HostConfig, world: World) -> wasmtime::Result<Engi
         // ~10 % of CPU per hello request but cost 200 ms of CPU and left
         // 310 MiB resident after a burst of 1000 concurrent requests (0:
         // 52 MiB): see bench/RESULTS.md, the WebAssembly host section.
-        .max_memory_size(config.memory_limit);
+        .max_memory_size(max_memory);
     c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     if let Some(dir) = &config.cache_dir {
         let mut cache = wasmtime::CacheConfig::new();

@@ -110,6 +110,8 @@ pub(crate) struct HostInner {
     pub(crate) instances: Arc<AtomicUsize>,
     /// Guest stores made so far.
     pub(crate) instances_made: Arc<AtomicU64>,
+    /// Bytes of linear memory the live stores hold.
+    pub(crate) memory: Arc<AtomicUsize>,
 }
 
 /// The pre-linked component, by world.
@@ -158,6 +160,7 @@ pub(crate) fn new_store(host: &HostInner, tag: Arc<str>, args: &[String]) -> Sto
         .monotonic_clock(SpindleClock);
     let mut state = GuestState::new(config, wasi.build(), host.clients.clone(), tag);
     state._live = Some(LiveInstance::new(&host.instances, &host.instances_made));
+    state.limits.count_in(&host.memory);
     let mut store = Store::new(host.pre.engine(), state);
     store.limiter(|s| &mut s.limits);
     // Fuel is on in every engine we build, so these cannot fail.

@@ -74,6 +74,7 @@ impl Host {
             next_id: AtomicU64::new(1),
             instances: Arc::default(),
             instances_made: Arc::default(),
+            memory: Arc::default(),
             pre: pre.clone(),
             config,
         });
@@ -104,6 +105,17 @@ impl Host {
     /// Guest instances alive now.
     pub fn instances(&self) -> usize {
         self.inner.instances.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of linear memory its live instances hold now (what their
+    /// memories have grown to; the pool may keep more resident).
+    ///
+    /// ```no_run
+    /// # let host = spindle_wasm::Host::new(spindle_wasm::HELLO_WASM, Default::default()).unwrap();
+    /// println!("{} bytes", host.memory_bytes());
+    /// ```
+    pub fn memory_bytes(&self) -> usize {
+        self.inner.memory.load(Ordering::Relaxed)
     }
 
     /// Guest instances made since the host was built.

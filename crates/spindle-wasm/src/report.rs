@@ -111,9 +111,15 @@ pub trait Observer: Send + Sync + 'static {
 
 /// The memory limit of a store, remembering whether the guest ran into it
 /// (so that the failure that follows is reported as `MemoryLimit`).
+/// It also keeps the host's count of linear memory in use: what its
+/// store's memories have grown to, given back when the store is dropped.
 pub(crate) struct GuestLimits {
     max_memory: usize,
     hit: Arc<AtomicBool>,
+    /// Bytes this store's memories hold now.
+    held: usize,
+    /// The host's total, if it counts one.
+    total: Option<Arc<std::sync::atomic::AtomicUsize>>,
 }
 
 impl GuestLimits {
@@ -121,7 +127,14 @@ impl GuestLimits {
         GuestLimits {
             max_memory,
             hit: Arc::default(),
+            held: 0,
+            total: None,
         }
+    }
+
+    /// Counts this store's memory in `total` from now on.
+    pub(crate) fn count_in(&mut self, total: &Arc<std::sync::atomic::AtomicUsize>) {
+        self.total = Some(total.clone());
     }
 
     /// Forgets a refused growth (a reused store starts a new request).
@@ -138,13 +151,18 @@ impl GuestLimits {
 impl ResourceLimiter for GuestLimits {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         let ok = desired <= self.max_memory;
         if !ok {
             self.hit.store(true, Ordering::Relaxed);
+        } else if let Some(total) = &self.total {
+            // Asked at creation too (from 0), so this is the whole size.
+            let grown = desired.saturating_sub(current);
+            self.held += grown;
+            total.fetch_add(grown, Ordering::Relaxed);
         }
         Ok(ok)
     }
@@ -156,5 +174,13 @@ impl ResourceLimiter for GuestLimits {
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         Ok(true)
+    }
+}
+
+impl Drop for GuestLimits {
+    fn drop(&mut self) {
+        if let Some(total) = &self.total {
+            total.fetch_sub(self.held, Ordering::Relaxed);
+        }
     }
 }

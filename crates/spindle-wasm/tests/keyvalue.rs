@@ -34,10 +34,18 @@ fn wasmtimes_keyvalue_program_passes_on_memory_file_and_redis() {
     ];
     for store in &stores {
         let c = config().keyvalue("default", seeded(store));
-        assert_eq!(run(third_party("keyvalue_main"), c), 0, "on {}", store.url());
+        assert_eq!(
+            run(third_party("keyvalue_main"), c),
+            0,
+            "on {}",
+            store.url()
+        );
         // What it left: the counter it incremented and the one key of
         // its batch it did not delete.
-        assert_eq!(store.get("atomics_key").unwrap().as_deref(), Some(&b"6"[..]));
+        assert_eq!(
+            store.get("atomics_key").unwrap().as_deref(),
+            Some(&b"6"[..])
+        );
         assert_eq!(store.get("b1").unwrap().as_deref(), Some(&b"v1"[..]));
         assert_eq!(store.get("hello").unwrap(), None);
     }
@@ -50,8 +58,13 @@ fn wasmtimes_config_program_reads_what_it_is_given_and_nothing_else() {
     // Without the variable its `unwrap` traps: the guest sees no other
     // host's or process's values.
     assert!(fails(third_party("config_get"), config()));
-    let extra = config().config_var("hello", "world").config_var("other", "x");
-    assert!(fails(third_party("config_get"), extra), "get-all sees exactly the table");
+    let extra = config()
+        .config_var("hello", "world")
+        .config_var("other", "x");
+    assert!(
+        fails(third_party("config_get"), extra),
+        "get-all sees exactly the table"
+    );
 }
 
 /// Whether a command traps or exits non-zero.
@@ -101,7 +114,10 @@ fn a_counter_counts_per_request_on_both_worlds_and_a_store_not_granted_is_denied
         }
         // The component loads and serves; only the store it was not
         // granted is refused, with the interface's own error.
-        assert_eq!(get(addr, "/open?store=secret", ""), (403, "access-denied".into()));
+        assert_eq!(
+            get(addr, "/open?store=secret", ""),
+            (403, "access-denied".into())
+        );
         assert_eq!(get(addr, "/count", ""), (200, "4".into()), "{guest}");
     }
 }
@@ -116,11 +132,19 @@ fn a_component_with_no_store_granted_still_loads() {
 fn one_megabyte_values_go_in_and_come_back_whole_on_every_backend() {
     let dir = common::temp_dir("kv-big");
     let redis = Redis::start();
-    for url in ["memory:".to_string(), format!("file:{}/big.redb", dir.display()), redis.url(2)] {
+    for url in [
+        "memory:".to_string(),
+        format!("file:{}/big.redb", dir.display()),
+        redis.url(2),
+    ] {
         let c = config().keyvalue("default", KeyValue::open(&url).unwrap());
         let (_rt, addr) = serve("kv", 2, c);
         let (status, body) = get(addr, "/big?n=1048576", "");
-        assert_eq!((status, body.as_str()), (200, "1048576 bytes back"), "on {url}");
+        assert_eq!(
+            (status, body.as_str()),
+            (200, "1048576 bytes back"),
+            "on {url}"
+        );
         // Past the limit: the guest is told, nothing is written.
         let (status, body) = get(addr, "/big?n=16777217", "");
         assert_eq!(status, 503, "on {url}: {body}");
@@ -136,7 +160,10 @@ fn the_embedded_store_keeps_its_data_across_a_restart() {
         let store = KeyValue::open(&url).unwrap();
         let (rt, addr) = serve("kv", 2, config().keyvalue("default", store));
         assert_eq!(get(addr, "/count", ""), (200, expected.to_string()));
-        assert_eq!(get(addr, "/count?store=", ""), (200, (expected + 1).to_string()));
+        assert_eq!(
+            get(addr, "/count?store=", ""),
+            (200, (expected + 1).to_string())
+        );
         // Everything holding the store goes: the file is closed.
         drop(rt);
     }
@@ -207,7 +234,10 @@ fn redis_going_down_is_an_error_for_the_guest_and_coming_back_heals() {
             assert_eq!(body, "1");
             break;
         }
-        assert!(healed.elapsed() < Duration::from_secs(20), "never healed: {body}");
+        assert!(
+            healed.elapsed() < Duration::from_secs(20),
+            "never healed: {body}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }

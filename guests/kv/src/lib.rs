@@ -1,4 +1,4 @@
-//! A `wasi:keyvalue` guest (WASI 0.2): `/count` increments the counter
+//! A `wasi:keyvalue` guest (WASI 0.2), by the path's last segment: `/count` increments the counter
 //! `count` and answers its new value; `/big?n=BYTES` writes a value of
 //! that size and reads it back; `/set?key=K&value=V` and `/get?key=K`;
 //! `/open` only opens the store. Every path takes `?store=NAME` (default:
@@ -22,7 +22,9 @@ struct Kv;
 impl wasip2::exports::http::incoming_handler::Guest for Kv {
     fn handle(req: IncomingRequest, out: ResponseOutparam) {
         let pq = req.path_with_query().unwrap_or_default();
+        // The last segment: the guest may be routed under a prefix.
         let path = pq.split_once('?').map_or(pq.as_str(), |(p, _)| p);
+        let path = &path[path.rfind('/').unwrap_or(0)..];
         let name = util::query(&req, "store").unwrap_or_default();
         let answer = store::open(&name).and_then(|bucket| match path {
             "/count" => atomics::increment(&bucket, "count", 1).map(|n| (200, n.to_string().into_bytes())),

@@ -142,7 +142,10 @@ impl Redis {
         self.server = Some(server);
         let started = std::time::Instant::now();
         while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(started.elapsed() < Duration::from_secs(20), "redis-server did not start");
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "redis-server did not start"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
