@@ -30,8 +30,14 @@ struct Backend {
 
 impl Backend {
     fn start(port: u16, admin: u16, shutdown_delay: &str) -> Backend {
+        Backend::start_with(port, admin, shutdown_delay, &[])
+    }
+
+    /// With `extra` arguments (a component, its stores) after the others.
+    fn start_with(port: u16, admin: u16, shutdown_delay: &str, extra: &[&str]) -> Backend {
         let mut child = spindle()
             .args(["serve", "--workers", "1", "--drain-timeout", "5"])
+            .args(extra)
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(["--admin", &format!("127.0.0.1:{admin}")])
             .args(["--shutdown-delay", shutdown_delay])
@@ -50,6 +56,11 @@ impl Backend {
 
     /// This backend's count of answered requests, by its `/metrics`.
     fn answered(&self) -> u64 {
+        self.metric_sum("spindle_requests_total")
+    }
+
+    /// The sum of one metric's samples, by its `/metrics`.
+    fn metric_sum(&self, name: &str) -> u64 {
         let script = format!(
             r#"
 import urllib.request
@@ -58,7 +69,7 @@ text = urllib.request.urlopen("http://127.0.0.1:{}/metrics", timeout=10).read().
 n = 0
 for f in text_string_to_metric_families(text):
     for s in f.samples:
-        if s.name == "spindle_requests_total":
+        if s.name == "{name}":
             n += s.value
 print(int(n))
 "#,
@@ -101,6 +112,34 @@ fn wait_for(stats: u16, server: &str, state: &str) {
     }
 }
 
+/// HAProxy in front of `servers` (its `server` lines), round robin,
+/// health-checking each `/readyz`; its stats on `stats`. Returns it and
+/// its directory.
+fn start_haproxy(front: u16, stats: u16, servers: &str, tag: &str) -> (Child, std::path::PathBuf) {
+    let config = format!(
+        "global\n  maxconn 2000\n\
+         defaults\n  mode http\n  timeout connect 1s\n  timeout client 10s\n  timeout server 10s\n\
+         \x20 retries 3\n  option redispatch\n  retry-on all-retryable-errors\n\
+         frontend fe\n  bind 127.0.0.1:{front}\n  default_backend be\n\
+         frontend st\n  bind 127.0.0.1:{stats}\n  stats enable\n  stats uri /stats\n\
+         backend be\n  balance roundrobin\n  option httpchk GET /readyz\n  http-check expect status 200\n\
+         \x20 default-server inter 100ms fall 1 rise 2\n{servers}"
+    );
+    let dir = std::env::temp_dir().join(format!("spindle-haproxy-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("haproxy.cfg");
+    std::fs::write(&cfg, config).unwrap();
+    let haproxy = Command::new("haproxy")
+        .arg("-db")
+        .arg("-f")
+        .arg(&cfg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("haproxy (Debian's package; .ci/run installs it)");
+    (haproxy, dir)
+}
+
 #[test]
 fn a_backend_drained_behind_haproxy_loses_no_request_and_the_metrics_add_up() {
     let ports: Vec<(u16, u16)> = (0..4).map(|_| (free_port(), free_port())).collect();
@@ -114,27 +153,7 @@ fn a_backend_drained_behind_haproxy_loses_no_request_and_the_metrics_add_up() {
         .enumerate()
         .map(|(i, (p, a))| format!("  server b{i} 127.0.0.1:{p} check port {a}\n"))
         .collect();
-    let config = format!(
-        "global\n  maxconn 2000\n\
-         defaults\n  mode http\n  timeout connect 1s\n  timeout client 10s\n  timeout server 10s\n\
-         \x20 retries 3\n  option redispatch\n  retry-on all-retryable-errors\n\
-         frontend fe\n  bind 127.0.0.1:{front}\n  default_backend be\n\
-         frontend st\n  bind 127.0.0.1:{stats}\n  stats enable\n  stats uri /stats\n\
-         backend be\n  balance roundrobin\n  option httpchk GET /readyz\n  http-check expect status 200\n\
-         \x20 default-server inter 100ms fall 1 rise 2\n{servers}"
-    );
-    let dir = std::env::temp_dir().join(format!("spindle-haproxy-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let cfg = dir.join("haproxy.cfg");
-    std::fs::write(&cfg, config).unwrap();
-    let mut haproxy = Command::new("haproxy")
-        .arg("-db")
-        .arg("-f")
-        .arg(&cfg)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("haproxy (Debian's package; .ci/run installs it)");
+    let (mut haproxy, dir) = start_haproxy(front, stats, &servers, "drain");
     for i in 0..3 {
         wait_for(stats, &format!("b{i}"), "UP");
     }
@@ -217,5 +236,164 @@ print(sum(ok), len(bad), bad[:5])
         counted, ok,
         "backends counted {counted}, the client got {ok}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A `redis-server` of its own on a free port, no persistence, killed on
+/// drop; it can be stopped and started again on the same port.
+struct Redis {
+    port: u16,
+    server: Option<Child>,
+}
+
+impl Redis {
+    fn start() -> Redis {
+        let mut r = Redis {
+            port: free_port(),
+            server: None,
+        };
+        r.restart();
+        r
+    }
+
+    fn restart(&mut self) {
+        self.stop();
+        let server = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server (Debian's package; .ci/run installs it)");
+        self.server = Some(server);
+        let until = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < until, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut s) = self.server.take() {
+            let _ = s.kill();
+            let _ = s.wait();
+        }
+    }
+
+    /// The counter `count`, as `redis-cli` reads it.
+    fn count(&self) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "GET", "count"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// `threads` keep-alive clients GET `path` from `port` for `seconds` (or
+/// `each` requests apiece); prints `ok other_statuses errors`, then the
+/// statuses of the last 20 answers.
+fn load_script(port: u16, path: &str, threads: usize, each: usize, seconds: f64) -> String {
+    format!(
+        r#"
+import http.client, threading, time
+ok = [0] * {threads}; other = []; errors = []; last = []
+stop = time.time() + {seconds}
+def client(i):
+    c = None
+    n = 0
+    while n < {each} and time.time() < stop:
+        try:
+            if c is None:
+                c = http.client.HTTPConnection("127.0.0.1", {port}, timeout=20)
+            c.request("GET", "{path}")
+            r = c.getresponse()
+            r.read()
+            n += 1
+            last.append(r.status)
+            if r.status == 200:
+                ok[i] += 1
+            else:
+                other.append(r.status)
+        except Exception as e:
+            errors.append(repr(e))
+            c = None
+threads = [threading.Thread(target=client, args=(i,)) for i in range({threads})]
+for t in threads: t.start()
+for t in threads: t.join()
+print(sum(ok), len(other), len(errors), errors[:3])
+print(" ".join(map(str, last[-20:])))
+"#
+    )
+}
+
+#[test]
+fn two_replicas_on_one_redis_count_every_increment_and_outlive_its_death() {
+    let mut redis = Redis::start();
+    let store = format!("default=redis://127.0.0.1:{}/0", redis.port);
+    let kv = common::guest("kv");
+    let ports: Vec<(u16, u16)> = (0..2).map(|_| (free_port(), free_port())).collect();
+    let backends: Vec<Backend> = ports
+        .iter()
+        .map(|&(p, a)| Backend::start_with(p, a, "0", &[&kv, "--keyvalue", &store]))
+        .collect();
+    let (front, stats) = (free_port(), free_port());
+    let servers: String = ports
+        .iter()
+        .enumerate()
+        .map(|(i, (p, a))| format!("  server b{i} 127.0.0.1:{p} check port {a}\n"))
+        .collect();
+    let (mut haproxy, dir) = start_haproxy(front, stats, &servers, "redis");
+    for i in 0..2 {
+        wait_for(stats, &format!("b{i}"), "UP");
+    }
+
+    // 20 000 increments over both replicas: Redis's INCRBY is atomic
+    // across processes, so none is lost.
+    let out = python(&load_script(front, "/count", 16, 1250, 600.0));
+    let first: Vec<&str> = out.split_whitespace().collect();
+    assert_eq!(&first[..3], ["20000", "0", "0"], "{out}");
+    assert_eq!(redis.count(), "20000");
+    for b in &backends {
+        let served = b.metric_sum("spindle_requests_total");
+        assert!(served >= 5000, "one replica served only {served}: {out}");
+    }
+
+    // Redis dies mid-run and comes back: the guests answer 503 (their own
+    // answer to the store's error) meanwhile, no connection fails, and
+    // counting goes on once it is back.
+    let load = Command::new("python3")
+        .args(["-c", &load_script(front, "/count", 4, usize::MAX, 6.0)])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    redis.stop();
+    std::thread::sleep(Duration::from_millis(1500));
+    redis.restart();
+    let out = load.wait_with_output().unwrap();
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines: Vec<&str> = report.lines().collect();
+    let counts: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(counts[2], "0", "connections failed: {report}");
+    assert_ne!(counts[1], "0", "no request saw the store down: {report}");
+    assert!(
+        lines[1].split_whitespace().all(|s| s == "200"),
+        "not healed: {report}"
+    );
+    // A fresh Redis counts from zero: what it holds is what succeeded
+    // since it came back, and both servers are still up.
+    assert!(redis.count().parse::<u64>().unwrap() > 0);
+    let mut backends = backends;
+    for b in &mut backends {
+        assert!(b.child.try_wait().unwrap().is_none(), "a replica died");
+    }
+    let _ = haproxy.kill();
+    let _ = haproxy.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }
