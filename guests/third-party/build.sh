@@ -24,4 +24,11 @@ target=${CARGO_TARGET_DIR:-$tree/target}
 for b in $bins; do
     cp "$target/wasm32-wasip2/release/$b.wasm" "$here/wasmtime-48/$b.wasm"
 done
-(cd "$here/wasmtime-48" && sha256sum *.wasm > SHA256SUMS)
+# wasmtime's middleware tests compose the middleware with the echo (it
+# uses wasm-compose; wac does the same): `cargo install wac-cli --version 0.12.0`.
+m="$here/wasmtime-48"
+wac plug "$m/p3_http_middleware.wasm" --plug "$m/p3_http_echo.wasm" -o "$m/composed_middleware_echo.wasm"
+wac compose "$here/chain.wac" --dep "wasmtime:echo=$m/p3_http_echo.wasm" \
+    --dep "wasmtime:middleware-with-chain=$m/p3_http_middleware_with_chain.wasm" \
+    -o "$m/composed_middleware_with_chain_echo.wasm"
+(cd "$m" && sha256sum *.wasm > SHA256SUMS)

@@ -183,3 +183,50 @@ fn wasmtimes_print_program_logs_one_line_per_piece_written_line() {
         "{err}"
     );
 }
+
+#[test]
+fn wasmtimes_middleware_compositions_decode_encode_and_pass_trailers_through() {
+    // The middleware inflates a `deflate` request body for the echo
+    // behind it and deflates the echo's answer for a client that accepts
+    // it; trailers pass through both, as under `wasmtime serve`.
+    for composed in ["composed_middleware_echo", "composed_middleware_with_chain_echo"] {
+        let mut cmd = spindle();
+        cmd.args(["serve", &program(composed), "--listen", "127.0.0.1:0"]);
+        let s = Served::start(cmd);
+        let port = s.url.trim_end_matches('/').rsplit(':').next().unwrap().to_string();
+        let out = common::python(&format!(
+            r#"
+import socket, zlib
+body = b"And the mome raths outgrabe"
+c = zlib.compressobj(wbits=-15)
+raw = c.compress(body) + c.flush()
+s = socket.create_connection(("127.0.0.1", {port}), timeout=20)
+s.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nfoo: bar\r\ncontent-encoding: deflate\r\n"
+          b"accept-encoding: nonexistent-encoding, deflate\r\nTE: trailers\r\n"
+          b"transfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+          + b"%x\r\n" % len(raw) + raw + b"\r\n0\r\nx-trailer: yes\r\n\r\n")
+resp = b""
+while True:
+    d = s.recv(65536)
+    if not d: break
+    resp += d
+head, rest = resp.split(b"\r\n\r\n", 1)
+lower = head.lower()
+assert head.startswith(b"HTTP/1.1 200"), head
+assert b"content-encoding: deflate" in lower, head
+assert b"transfer-encoding: chunked" in lower, head
+data = b""
+while True:
+    line, rest = rest.split(b"\r\n", 1)
+    n = int(line.split(b";")[0], 16)
+    if n == 0: break
+    data += rest[:n]; rest = rest[n + 2:]
+assert zlib.decompress(data, wbits=-15) == body, data
+assert b"x-trailer: yes" in rest.lower(), rest
+print("ok")
+"#
+        ));
+        assert_eq!(out.trim(), "ok", "{composed}: {out}");
+        s.stop();
+    }
+}
