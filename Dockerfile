@@ -21,6 +21,7 @@ COPY --from=build /out/spindle /usr/local/bin/spindle
 # a ConfigMap over /app/spindle.toml as deploy/kubernetes/ does).
 COPY deploy/app/spindle.toml /app/spindle.toml
 COPY guests/wasm/hello.wasm /app/hello.wasm
+COPY guests/wasm/kv.wasm /app/kv.wasm
 USER 10001
 # What `spindle serve` serves and where, as environment variables so that a
 # command line (`docker run spindle serve other.wasm`, a Kubernetes

@@ -390,15 +390,19 @@ routes = ["/", "/api/special/deep", "/..."]
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let image = std::fs::read_to_string(root.join("deploy/app/spindle.toml")).unwrap();
         Manifest::parse(&image).unwrap();
-        // The ConfigMap's copy: the block under `spindle.toml: |`.
-        let cm = std::fs::read_to_string(root.join("deploy/kubernetes/configmap.yaml")).unwrap();
-        let block: String = cm
-            .lines()
-            .skip_while(|l| !l.trim_start().starts_with("spindle.toml: |"))
-            .skip(1)
-            .map(|l| format!("{}\n", l.trim_start()))
-            .collect();
-        let m = Manifest::parse(&block).unwrap();
+        // The ConfigMaps' copies: the block under `spindle.toml: |`.
+        let block = |file: &str| -> String {
+            let cm = std::fs::read_to_string(root.join(file)).unwrap();
+            cm.lines()
+                .skip_while(|l| !l.trim_start().starts_with("spindle.toml: |"))
+                .skip(1)
+                .map(|l| format!("{}\n", l.trim_start()))
+                .collect()
+        };
+        let m = Manifest::parse(&block("deploy/kubernetes/configmap.yaml")).unwrap();
         assert_eq!(m.components[0].name, "hello");
+        let m = Manifest::parse(&block("deploy/kubernetes/keyvalue/configmap.yaml")).unwrap();
+        assert_eq!(m.keyvalue["default"], "redis://redis:6379/0");
+        assert_eq!(m.components[1].keyvalue[0].get_ref(), "default");
     }
 }

@@ -189,11 +189,20 @@ fn wasmtimes_middleware_compositions_decode_encode_and_pass_trailers_through() {
     // The middleware inflates a `deflate` request body for the echo
     // behind it and deflates the echo's answer for a client that accepts
     // it; trailers pass through both, as under `wasmtime serve`.
-    for composed in ["composed_middleware_echo", "composed_middleware_with_chain_echo"] {
+    for composed in [
+        "composed_middleware_echo",
+        "composed_middleware_with_chain_echo",
+    ] {
         let mut cmd = spindle();
         cmd.args(["serve", &program(composed), "--listen", "127.0.0.1:0"]);
         let s = Served::start(cmd);
-        let port = s.url.trim_end_matches('/').rsplit(':').next().unwrap().to_string();
+        let port = s
+            .url
+            .trim_end_matches('/')
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .to_string();
         let out = common::python(&format!(
             r#"
 import socket, zlib

@@ -40,7 +40,7 @@ pub struct HostConfig {
     /// The `wasi:config` variables.
     pub(crate) config_vars: ConfigVars,
     /// Engines shared with other hosts, if any.
-    pub(crate) engine_share: Option<crate::EngineShare>,
+    pub(crate) engine_share: Option<crate::share::EngineShare>,
 }
 
 /// The `wasi:config` variables, shared by every store (a newtype so the
@@ -311,7 +311,7 @@ impl HostConfig {
 
     /// Runs this host's guests on the engines of `share`, with the other
     /// hosts given it (see [`EngineShare`](crate::EngineShare)).
-    pub fn engine_share(mut self, share: crate::EngineShare) -> Self {
+    pub fn engine_share(mut self, share: crate::share::EngineShare) -> Self {
         self.engine_share = Some(share);
         self
     }

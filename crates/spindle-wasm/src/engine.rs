@@ -19,6 +19,7 @@ use wasmtime::{Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use crate::config::HostConfig;
 use crate::guest::GuestState;
+use crate::share::EngineShare;
 use crate::world::World;
 
 /// How many instances of a component may be alive at once: the pooling
@@ -44,42 +45,6 @@ pub(crate) fn instance_slots(config: &HostConfig, world: World) -> usize {
 /// quarter of what x86-64 gives a process, with room for the other world.
 pub(crate) const PROCESS_SLOTS: usize = 3000;
 
-/// Engines shared by every host of a process that is given the share
-/// ([`HostConfig::engine_share`](crate::HostConfig::engine_share)): one per
-/// world, each with one pooling allocator sized for all of the hosts
-/// together (capped at 3 000 instance slots). Without a share each host
-/// reserves a pool of its own, sized for its own `max_concurrent` — about
-/// 8 TB of address space at the defaults — so a few dozen components
-/// would not fit in one process. With it, each host still admits at most
-/// its own `max_concurrent` requests; when the shared pool itself is full
-/// a request is answered 503 like any other overload.
-///
-/// ```
-/// use spindle_wasm::{EngineShare, HostConfig};
-/// let config = HostConfig::default();
-/// let share = EngineShare::for_components([(spindle_wasm::HELLO_WASM, &config)]);
-/// assert_eq!(share.instance_slots(spindle_wasm::World::Proxy), 1000);
-/// let config = config.engine_share(share);
-/// # drop(config);
-/// ```
-#[derive(Clone)]
-pub struct EngineShare {
-    inner: std::sync::Arc<ShareInner>,
-}
-
-struct ShareInner {
-    /// Slots per world, [Proxy, Service].
-    slots: [usize; 2],
-    max_memory: usize,
-    engines: std::sync::Mutex<[Option<Engine>; 2]>,
-}
-
-impl std::fmt::Debug for EngineShare {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "EngineShare({:?} slots)", self.inner.slots)
-    }
-}
-
 impl EngineShare {
     /// A share sized for the components `(wasm, config)` to be hosted:
     /// the instance slots they would reserve apart, per world, up to
@@ -95,35 +60,7 @@ impl EngineShare {
             slots[i] = slots[i].saturating_add(instance_slots(config, world));
             max_memory = max_memory.max(config.memory_limit);
         }
-        EngineShare {
-            inner: std::sync::Arc::new(ShareInner {
-                slots: slots.map(|n| n.clamp(1, PROCESS_SLOTS)),
-                max_memory,
-                engines: Default::default(),
-            }),
-        }
-    }
-
-    /// The instance slots the share's pool for `world` has.
-    pub fn instance_slots(&self, world: World) -> usize {
-        self.inner.slots[world as usize]
-    }
-
-    /// The world's engine, built by the first host that needs it (with
-    /// that host's code cache).
-    fn engine(&self, config: &HostConfig, world: World) -> wasmtime::Result<Engine> {
-        let mut engines = self.inner.engines.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(e) = &engines[world as usize] {
-            return Ok(e.clone());
-        }
-        let e = build(
-            config,
-            world,
-            self.instance_slots(world),
-            self.inner.max_memory,
-        )?;
-        engines[world as usize] = Some(e.clone());
-        Ok(e)
+        EngineShare::new(slots.map(|n| n.clamp(1, PROCESS_SLOTS)), max_memory)
     }
 }
 
@@ -131,7 +68,9 @@ impl EngineShare {
 /// host is given one, or one of its own.
 pub(crate) fn engine(config: &HostConfig, world: World) -> wasmtime::Result<Engine> {
     match &config.engine_share {
-        Some(share) => share.engine(config, world),
+        Some(share) => share.engine(world, |slots, max_memory| {
+            build(config, world, slots, max_memory)
+        }),
         None => build(
             config,
             world,

@@ -24,7 +24,8 @@
 //! |---|---|
 //! | `world` | [`World`]: WASI 0.2 or 0.3, from the component's exports |
 //! | `host` | [`Host`]: the face — a compiled component and its world's machinery |
-//! | `engine` | the engine per world (pooling allocator, fuel, code cache), [`EngineShare`] for many hosts, and the linker |
+//! | `engine` | the engine per world (pooling allocator, fuel, code cache) and the linker |
+//! | `share` | [`EngineShare`]: one engine and pool per world for many hosts |
 //! | `guest` | what every guest path shares: store state, the pre-linked component, admission, making a store |
 //! | `answer` | plain answers, failures told, the request body pumped in, the response body taken whole or streamed |
 //! | `proxy` | one WASI 0.2 request through a guest: the exchange polled by `block_on`, reuse of idle instances, deadlines |
@@ -51,15 +52,16 @@ mod outbound;
 mod proxy;
 mod report;
 mod service;
+mod share;
 mod world;
 
 pub use command::run_command;
 pub use config::HostConfig;
-pub use engine::EngineShare;
 pub use host::Host;
 pub use keyvalue::KeyValue;
 pub use outbound::AllowList;
 pub use report::{Observer, Outcome, RequestReport};
+pub use share::EngineShare;
 /// A guest's trap, as in a [`run_command`] error (`error.downcast_ref::<Trap>()`).
 pub use wasmtime::Trap;
 pub use world::{imports_keyvalue, World};

@@ -1,5 +1,6 @@
 //! A `wasi:keyvalue` guest (WASI 0.2), by the path's last segment: `/count` increments the counter
-//! `count` and answers its new value; `/big?n=BYTES` writes a value of
+//! `count` and answers its new value; `/getinc` reads it first;
+//! `/big?n=BYTES` writes a value of
 //! that size and reads it back; `/set?key=K&value=V` and `/get?key=K`;
 //! `/open` only opens the store. Every path takes `?store=NAME` (default:
 //! the empty name, the store granted as `default`). A store's error is
@@ -28,6 +29,11 @@ impl wasip2::exports::http::incoming_handler::Guest for Kv {
         let name = util::query(&req, "store").unwrap_or_default();
         let answer = store::open(&name).and_then(|bucket| match path {
             "/count" => atomics::increment(&bucket, "count", 1).map(|n| (200, n.to_string().into_bytes())),
+            // A read and a write: what a page-view counter does.
+            "/getinc" => {
+                let before = bucket.get("count")?.map_or(0, |v| v.len());
+                atomics::increment(&bucket, "count", 1).map(|n| (200, format!("{n} {before}").into_bytes()))
+            }
             "/big" => {
                 let n = util::query_u64(&req, "n", 1 << 20) as usize;
                 let value: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
