@@ -146,3 +146,67 @@ fn a_bad_store_is_an_error_at_start_naming_it() {
         "{err}"
     );
 }
+
+#[test]
+fn spindle_run_gives_a_command_its_stores_and_config() {
+    let redis = common::Redis::start();
+    redis.cli(&["SET", "atomics_key", "5"]);
+    let program = |name: &str| {
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("../../guests/third-party/wasmtime-48/{name}.wasm"))
+    };
+    let out = spindle()
+        .args(["run", "--keyvalue"])
+        .arg(format!("default=redis://127.0.0.1:{}/0", redis.port))
+        .arg(program("keyvalue_main"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(redis.cli(&["GET", "atomics_key"]), "6");
+    let out = spindle()
+        .args(["run", "--config", "hello=world"])
+        .arg(program("config_get"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_second_process_on_the_same_embedded_store_is_refused_at_start() {
+    let dir = temp_dir("kv-twice");
+    let mut cmd = spindle();
+    cmd.args([
+        "serve",
+        &guest("kv"),
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+    ])
+    .arg(&dir);
+    let first = Served::start(cmd);
+    let out = spindle()
+        .args([
+            "serve",
+            &guest("kv"),
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("default.redb"), "{err}");
+    // The first still serves.
+    assert_eq!(curl(&format!("{}count", first.url), &[]), (200, "1".into()));
+    first.stop();
+}

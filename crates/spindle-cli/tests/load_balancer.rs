@@ -239,62 +239,6 @@ print(sum(ok), len(bad), bad[:5])
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A `redis-server` of its own on a free port, no persistence, killed on
-/// drop; it can be stopped and started again on the same port.
-struct Redis {
-    port: u16,
-    server: Option<Child>,
-}
-
-impl Redis {
-    fn start() -> Redis {
-        let mut r = Redis {
-            port: free_port(),
-            server: None,
-        };
-        r.restart();
-        r
-    }
-
-    fn restart(&mut self) {
-        self.stop();
-        let server = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server (Debian's package; .ci/run installs it)");
-        self.server = Some(server);
-        let until = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(Instant::now() < until, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut s) = self.server.take() {
-            let _ = s.kill();
-            let _ = s.wait();
-        }
-    }
-
-    /// The counter `count`, as `redis-cli` reads it.
-    fn count(&self) -> String {
-        let out = Command::new("redis-cli")
-            .args(["-p", &self.port.to_string(), "GET", "count"])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
 /// `threads` keep-alive clients GET `path` from `port` for `seconds` (or
 /// `each` requests apiece); prints `ok other_statuses errors`, then the
 /// statuses of the last 20 answers.
@@ -334,7 +278,7 @@ print(" ".join(map(str, last[-20:])))
 
 #[test]
 fn two_replicas_on_one_redis_count_every_increment_and_outlive_its_death() {
-    let mut redis = Redis::start();
+    let mut redis = common::Redis::start();
     let store = format!("default=redis://127.0.0.1:{}/0", redis.port);
     let kv = common::guest("kv");
     let ports: Vec<(u16, u16)> = (0..2).map(|_| (free_port(), free_port())).collect();

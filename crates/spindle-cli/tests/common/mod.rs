@@ -215,3 +215,69 @@ pub fn test_pki(dir: &Path) -> (PathBuf, PathBuf, PathBuf, PathBuf) {
         dir.join("other.key"),
     )
 }
+
+/// A `redis-server` of its own on a free port, no persistence, killed on
+/// drop; it can be stopped and started again on the same port.
+pub struct Redis {
+    pub port: u16,
+    server: Option<Child>,
+}
+
+impl Redis {
+    pub fn start() -> Redis {
+        let mut r = Redis {
+            port: std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port(),
+            server: None,
+        };
+        r.restart();
+        r
+    }
+
+    pub fn restart(&mut self) {
+        self.stop();
+        let server = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server (Debian's package; .ci/run installs it)");
+        self.server = Some(server);
+        let until = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < until, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut s) = self.server.take() {
+            let _ = s.kill();
+            let _ = s.wait();
+        }
+    }
+
+    /// The counter `count`, as `redis-cli` reads it.
+    pub fn count(&self) -> String {
+        self.cli(&["GET", "count"])
+    }
+
+    /// What `redis-cli ARGS` prints, trimmed.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
