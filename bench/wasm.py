@@ -32,6 +32,17 @@ requests at once in one instance, both servers at their defaults):
 
     python3 bench/wasm.py --suite p3 [--rounds 3] [--secs 5] [--only hello|parked] [--before OLD/spindle]
 
+With --suite kv, wasi:keyvalue: kv.wasm's /getinc (open the store, one
+get, one increment) under wrk -c50, each server at its defaults but for
+the store: spindle serve on the embedded file (redb), on Redis
+(redis-server 7, no persistence, pinned to CPU 1 beside the server: its
+CPU is reported apart) and in memory; wasmtime serve -Skeyvalue (in
+memory, its only store: each open copies its initial data, so its counter
+never grows). Spin's SQLite store is not measured: Spin is not on any
+registry this machine reaches.
+
+    python3 bench/wasm.py --suite kv [--rounds 3] [--secs 5]
+
 wasmtime-cli is built once into target/wasmtime-cli (cargo install).
 """
 import argparse
@@ -110,6 +121,11 @@ def start(server, wasm, port, extra_allow=None, max_concurrent=1100):
         cmd = [WASMTIME, "serve", "-Scli"] + [f"-O{o}" for o in pool] + ["--addr", f"127.0.0.1:{port}", app]
     p = subprocess.Popen(["taskset", "-c", "1"] + cmd, stdout=subprocess.DEVNULL,
                          stderr=stderr, env=env)
+    return listening(p, port, server)
+
+
+def listening(p, port, server):
+    """`p` once it answers TCP on `port` (killed if it never does)."""
     for _ in range(300):
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
@@ -165,11 +181,12 @@ def to_ms(text):
     return v / 1000 if unit == "us" else v * 1000 if unit == "s" else v
 
 
-def hello(server, secs):
+def hello(server, secs, wasm="hello.wasm", path="/", p=None):
     port = free_port()
-    p = start(server, "hello.wasm", port)
+    p = p or start(server, wasm, port)
+    port = getattr(p, "port", port)
     time.sleep(0.2)
-    url = f"http://127.0.0.1:{port}/"
+    url = f"http://127.0.0.1:{port}{path}"
     subprocess.run(["wrk", "-t1", "-c50", "-d1s", url], capture_output=True)
     c0 = cpu_seconds(p.pid)
     out = subprocess.run(["taskset", "-c", "0", "wrk", "-t1", "-c50", f"-d{secs}s", "--latency", url],
@@ -374,12 +391,64 @@ def p3_parked_table(res, loads, parked_servers, med):
                   f"{med(k, 'cpu_ms'):.0f} | {med(k, 'tokio_ms'):.0f} |")
 
 
+def start_kv(server, redis_port):
+    """A kv.wasm server for the kv suite, on CPU 1; `.port` is its port."""
+    port = free_port()
+    app = os.path.join(GUESTS, "kv.wasm")
+    store = {"spindle-file": f"file:/tmp/spindle-bench-kv-{port}.redb",
+             "spindle-redis": f"redis://127.0.0.1:{redis_port}/0",
+             "spindle-memory": "memory:"}
+    if server in store:
+        cmd = [SPINDLE, "serve", app, "--listen", f"127.0.0.1:{port}", "--workers", "1",
+               "--keyvalue", f"default={store[server]}"]
+    else:
+        cmd = [WASMTIME, "serve", "-Scli", "-Skeyvalue", "--addr", f"127.0.0.1:{port}", app]
+    p = subprocess.Popen(["taskset", "-c", "1"] + cmd, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    p.port = port
+    return listening(p, port, server)
+
+
+def kv_suite(args):
+    redis_port = free_port()
+    redis = subprocess.Popen(["taskset", "-c", "1", "redis-server", "--port", str(redis_port),
+                              "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                             stdout=subprocess.DEVNULL)
+    time.sleep(0.5)
+    servers = ["spindle-file", "spindle-redis", "spindle-memory", "wasmtime"]
+    res = {s: [] for s in servers}
+    for r in range(args.rounds):
+        for s in (servers if r % 2 == 0 else servers[::-1]):
+            p = start_kv(s, redis_port)
+            r0 = cpu_seconds(redis.pid)
+            row = hello(s, args.secs, path="/getinc", p=p)
+            row["redis_us"] = (cpu_seconds(redis.pid) - r0) / max(row["rps"] * args.secs, 1) * 1e6
+            res[s].append(row)
+        print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+    redis.kill()
+    med = lambda s, f: statistics.median(x[f] for x in res[s])
+    names = {"spindle-file": "spindle serve, embedded file (redb)",
+             "spindle-redis": "spindle serve, Redis", "spindle-memory": "spindle serve, memory",
+             "wasmtime": "wasmtime serve 48.0.8 -Skeyvalue (memory)"}
+    print(f"\n{args.rounds} interleaved rounds, {args.secs} s each; server (and Redis) on CPU 1, "
+          "wrk -t1 -c50 on CPU 0; medians.\n")
+    print("| server | requests/s | p99 ms | server CPU µs/request | Redis CPU µs/request | non-2xx |")
+    print("|---|---|---|---|---|---|")
+    for s in servers:
+        redis_col = f"{med(s, 'redis_us'):.1f}" if s == "spindle-redis" else "–"
+        print(f"| {names[s]} | {med(s, 'rps'):.0f} | {med(s, 'p99'):.2f} | {med(s, 'cpu_us'):.1f} | "
+              f"{redis_col} | {med(s, 'errors'):.0f} |")
+    base = med("wasmtime", "cpu_us")
+    for s in servers[:3]:
+        print(f"\n{names[s]} / wasmtime serve, CPU per request: {med(s, 'cpu_us') / base:.2f}×")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--secs", type=int, default=5)
     ap.add_argument("--only", default="", help="hello: the hello rows alone (with --suite p3: hello or parked)")
-    ap.add_argument("--suite", default="p2", choices=["p2", "p3"])
+    ap.add_argument("--suite", default="p2", choices=["p2", "p3", "kv"])
     ap.add_argument("--before", default=None, help="an earlier spindle binary (p3 suite: a WASI 0.2 row)")
     args = ap.parse_args()
     global OLD_SPINDLE
@@ -392,6 +461,9 @@ def main():
     except (ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     build()
+    if args.suite == "kv":
+        kv_suite(args)
+        return
     if args.suite == "p3":
         upstream_port = free_port()
         slow_upstream(upstream_port, 2.0)

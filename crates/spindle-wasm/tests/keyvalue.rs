@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{config, get, serve, third_party, Redis};
+use common::{config, get, serve, serve_host, third_party, Redis};
 use spindle_wasm::{HostConfig, KeyValue};
 
 /// Runs a command component to its exit status.
@@ -82,26 +82,15 @@ fn wasmtimes_serve_programs_answer_from_the_store_and_the_config() {
         config().keyvalue("default", store),
     )
     .unwrap();
-    let (_rt, addr) = serve_host(host);
+    let (_rt, addr) = serve_host(host, 2);
     assert_eq!(get(addr, "/", ""), (200, "world from the store".into()));
     let host = spindle_wasm::Host::new(
         &third_party("p2_cli_serve_config"),
         config().config_var("hello", "configured"),
     )
     .unwrap();
-    let (_rt, addr) = serve_host(host);
+    let (_rt, addr) = serve_host(host, 2);
     assert_eq!(get(addr, "/", ""), (200, "configured".into()));
-}
-
-fn serve_host(host: spindle_wasm::Host) -> (spindle::Runtime, std::net::SocketAddr) {
-    let rt = spindle::Runtime::builder().workers(2).build().unwrap();
-    let addr = rt.run(move || {
-        let server = spindle_http::Server::bind("127.0.0.1:0").unwrap();
-        let addr = server.local_addr().unwrap();
-        spindle::spawn(move || server.serve(move |req| host.handle(req)));
-        addr
-    });
-    (rt, addr)
 }
 
 #[test]

@@ -31,6 +31,11 @@ pub fn config() -> HostConfig {
 /// Serves `wasm` on a fresh runtime with `workers` workers.
 pub fn serve(name: &str, workers: usize, config: HostConfig) -> (Runtime, SocketAddr) {
     let host = Host::new(&guest(name), config).expect("the guest compiles and links");
+    serve_host(host, workers)
+}
+
+/// Serves `host` on a fresh runtime with `workers` workers.
+pub fn serve_host(host: Host, workers: usize) -> (Runtime, SocketAddr) {
     let rt = Runtime::builder().workers(workers).build().unwrap();
     let addr = rt.run(move || {
         let server = spindle_http::Server::bind("127.0.0.1:0").unwrap();
