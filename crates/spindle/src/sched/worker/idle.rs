@@ -18,16 +18,25 @@ impl Worker {
         // short by a wake — a closed loop with another thread, where a
         // sleep/wake costs tens of µs of wake-up latency. An idle worker's
         // sleeps are long, so it does not spin and burns nothing. The spin
-        // watches the queues other workers feed; a lone worker's work comes
-        // from the netpoller and timers, which no spin here would see, so it
-        // goes straight to sleep.
-        if self.last_sleep_short.get() && self.sched.workers.len() > 1 && self.spin_for_work() {
+        // watches the queues other threads feed. A lone worker spins only
+        // if that is where its last short sleep's wake came from (a fiber
+        // of another runtime, a blocking-pool job): when its work comes
+        // from the netpoller or timers, which no spin here sees, it goes
+        // straight to sleep.
+        if self.last_sleep_short.get() && self.spin_for_work() {
             return;
         }
         let slept_at = Instant::now();
         self.sleep_inner();
-        self.last_sleep_short
-            .set(slept_at.elapsed() < std::time::Duration::from_micros(SHORT_SLEEP_US));
+        let short = slept_at.elapsed() < std::time::Duration::from_micros(SHORT_SLEEP_US);
+        let spin_sees_it = self.sched.workers.len() > 1 || self.pushed_work();
+        self.last_sleep_short.set(short && spin_sees_it);
+    }
+
+    /// Whether the shared queues the spin watches hold work.
+    fn pushed_work(&self) -> bool {
+        self.shared().inbox.head_stamp() != crate::sched::queue::NO_STAMP
+            || self.sched.global.head_stamp() != crate::sched::queue::NO_STAMP
     }
 
     /// Watches the shared queues for up to `SPIN_US`; true if work came.
@@ -39,9 +48,7 @@ impl Worker {
             }
             // Queue heads only (atomics, no lock); shutdown and dump
             // requests are seen by the full check before the real sleep.
-            if self.shared().inbox.head_stamp() != crate::sched::queue::NO_STAMP
-                || self.sched.global.head_stamp() != crate::sched::queue::NO_STAMP
-            {
+            if self.pushed_work() {
                 return true;
             }
             if start.elapsed() >= std::time::Duration::from_micros(SPIN_US) {
