@@ -210,3 +210,35 @@ fn a_second_process_on_the_same_embedded_store_is_refused_at_start() {
     assert_eq!(curl(&format!("{}count", first.url), &[]), (200, "1".into()));
     first.stop();
 }
+
+#[test]
+fn each_component_reads_its_own_config_table_over_the_command_line() {
+    let dir = temp_dir("config-tables");
+    let program = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../guests/third-party/wasmtime-48/p2_cli_serve_config.wasm");
+    let manifest = format!(
+        "[[component]]\nname = \"a\"\npath = \"{p}\"\nroutes = [\"/a\"]\nconfig = {{ hello = \"from a\" }}\n\n\
+         [[component]]\nname = \"b\"\npath = \"{p}\"\nroutes = [\"/b\"]\nconfig = {{ hello = \"from b\" }}\n\n\
+         [[component]]\nname = \"c\"\npath = \"{p}\"\nroutes = [\"/c\"]\n",
+        p = program.display()
+    );
+    std::fs::write(dir.join("spindle.toml"), manifest).unwrap();
+    let mut cmd = spindle();
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--config",
+        "hello=from the command line",
+        "--app",
+    ])
+    .arg(dir.join("spindle.toml"));
+    let s = Served::start(cmd);
+    assert_eq!(curl(&format!("{}a", s.url), &[]), (200, "from a".into()));
+    assert_eq!(curl(&format!("{}b", s.url), &[]), (200, "from b".into()));
+    assert_eq!(
+        curl(&format!("{}c", s.url), &[]),
+        (200, "from the command line".into())
+    );
+    s.stop();
+}

@@ -230,3 +230,41 @@ fn redis_going_down_is_an_error_for_the_guest_and_coming_back_heals() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// A "Redis" that accepts connections and never answers.
+fn silent_redis() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming() {
+            held.push(conn);
+        }
+    });
+    format!("redis://{addr}/0")
+}
+
+#[test]
+fn a_redis_that_never_answers_is_an_error_in_time_and_the_deadline_still_holds() {
+    let store = KeyValue::open(&silent_redis()).unwrap();
+    // Within the store's response timeout: the guest is told, and answers.
+    let (_rt, addr) = serve("kv", 1, config().keyvalue("default", store.clone()));
+    let t = Instant::now();
+    let (status, body) = get(addr, "/count", "");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("redis"), "{body}");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    // A request deadline shorter than that timeout ends the wait first.
+    let short = config()
+        .timeout(Duration::from_millis(300))
+        .keyvalue("default", store);
+    let (_rt, addr) = serve("kv", 1, short);
+    let t = Instant::now();
+    let (status, _) = get(addr, "/count", "");
+    assert_eq!(status, 504);
+    assert!(
+        t.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        t.elapsed()
+    );
+}
