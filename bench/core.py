@@ -6,7 +6,7 @@ contender once, in a rotated order), each process pinned to one CPU with
 taskset, and prints the median of each row with its ratio to Spindle as a
 Markdown table.
 
-    python3 bench/core.py [--rounds 5] [--cpu 1] [--quick]
+    python3 bench/core.py [--rounds 5] [--cpu 1] [--quick] [--only TEXT]
 """
 import argparse
 import os
@@ -71,6 +71,23 @@ def rows(quick):
             ("go", gb("spawn", n), go),
             ("may", pe("may", "spawn", n // 10), None),
         ]),
+        ("spawn+join, one after another, the closure returns a value; `spindle::run` as a user writes it", [
+            ("spindle", sp("spawn-value", n), None),
+            ("tokio current_thread (inside a spawned task)", pe("tokio-ct", "spawn-value", n), None),
+            ("go (a channel for the result)", gb("spawn-value", n), go),
+            ("may", pe("may", "spawn-value", n // 10), None),
+        ]),
+        ("spawn 1 000, then join them (each returns a value)", [
+            ("spindle", sp("spawn-batch", n), None),
+            ("tokio current_thread (inside a spawned task)", pe("tokio-ct", "spawn-batch", n), None),
+            ("go (a channel per goroutine)", gb("spawn-batch", n), go),
+        ]),
+        ("yield_now from the only fiber", [
+            ("spindle", sp("yield-lone", n), None),
+            ("go (Gosched)", gb("yield-lone", n), go),
+            ("may", pe("may", "yield-lone", n), None),
+            ("tokio current_thread (inside a spawned task)", pe("tokio-ct", "yield-lone", n), None),
+        ]),
         ("the `fibers` example: 100 000 fibers spawned, each yields once, all joined; 2 workers on CPUs 0-1", [
             ("spindle", sp("fibers", 100_000), {"CPUS": "0,1"}),
             ("go (GOMAXPROCS=2)", gb("fibers", 100_000), {"GOMAXPROCS": "2", "CPUS": "0,1"}),
@@ -110,10 +127,13 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--cpu", type=int, default=1)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", help="run only the rows whose title contains this text")
     ap.add_argument("--million", action="store_true", help="also park 1 000 000 spindle fibers")
     args = ap.parse_args()
     build()
     table = rows(args.quick)
+    if args.only:
+        table = [(t, cs) for t, cs in table if args.only in t]
     results = {(title, name): [] for title, cs in table for name, _, _ in cs}
     units = {}
     for r in range(args.rounds):

@@ -3,8 +3,9 @@
 server on one worker pinned to CPU 1, wrk (1 thread) pinned to CPU 0,
 interleaved rounds, medians.
 
-Peers, all built by this script: tokio + hyper (multi-thread runtime, one
-worker), may_minihttp (one may worker), Go net/http (GOMAXPROCS=1), and
+Spindle is the shipped `examples/hello.rs`, unchanged. Peers, all built by
+this script: tokio + hyper (multi-thread runtime, one worker, the accept
+loop in a spawned task as hyper's examples do), may_minihttp (one may worker), Go net/http (GOMAXPROCS=1), and
 a minimal raw-epoll C server (`c/epoll_http.c`, the floor).
 
 Loads:
@@ -40,7 +41,10 @@ T = os.path.join(ROOT, "target", "release")
 TICK = os.sysconf("SC_CLK_TCK")
 
 SERVERS = {
-    "spindle-http": [os.path.join(T, "http_server"), "spindle"],
+    # The shipped example (`crates/spindle-http/examples/hello.rs`, built
+    # as a bin of this workspace): what a user runs from the README. Pinned
+    # to one CPU, `spindle::run` starts one worker.
+    "spindle-http": [os.path.join(T, "hello")],
     "tokio + hyper": [os.path.join(T, "http_server"), "hyper"],
     "may_minihttp": [os.path.join(T, "http_server"), "may"],
     "go net/http": [os.path.join(T, "http_go")],
@@ -90,7 +94,7 @@ def to_ms(text):
 def one(cmd, conns, secs, extra, scheme="http"):
     p = subprocess.Popen(["taskset", "-c", "1"] + cmd + [f"127.0.0.1:{free_port()}"],
                          stdout=subprocess.PIPE, text=True, env=dict(os.environ, **ENV))
-    addr = p.stdout.readline().split()[1]
+    addr = re.search(r"(127\.0\.0\.1:\d+)", p.stdout.readline()).group(1)
     url = f"{scheme}://{addr}/"
     subprocess.run(["wrk", "-t1", "-c", str(conns), "-d1s"] + extra + [url], capture_output=True)
     c0 = cpu_seconds(p.pid)

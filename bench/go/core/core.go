@@ -1,4 +1,4 @@
-// Fiber-core benchmarks for Go: core <yield|spawn|rss> N (run with GOMAXPROCS=1).
+// Fiber-core benchmarks for Go: core <yield|yield-lone|spawn|spawn-value|spawn-batch|rss> N (run with GOMAXPROCS=1).
 package main
 
 import (
@@ -52,6 +52,58 @@ func main() {
 		for i := 0; i < n; i++ {
 			go func() { done <- struct{}{} }()
 			<-done
+		}
+		fmt.Printf("RESULT %.3f ns\n", float64(time.Since(start).Nanoseconds())/float64(n))
+	case "spawn-value":
+		res := make(chan int)
+		sum := 0
+		for i := 0; i < 1000; i++ {
+			go func(i int) { res <- i }(i)
+			sum += <-res
+		}
+		start := time.Now()
+		for i := 0; i < n; i++ {
+			go func(i int) { res <- i }(i)
+			sum += <-res
+		}
+		ns := float64(time.Since(start).Nanoseconds()) / float64(n)
+		if sum != 999*1000/2+n*(n-1)/2 {
+			panic("bad sum")
+		}
+		fmt.Printf("RESULT %.3f ns\n", ns)
+	case "spawn-batch":
+		// Spawn 1 000 goroutines, each with its own result channel (a
+		// join handle), then receive them in order.
+		batch := func(base int) int {
+			hs := make([]chan int, 1000)
+			for k := range hs {
+				hs[k] = make(chan int, 1)
+				go func(c chan int, i int) { c <- i }(hs[k], base+k)
+			}
+			sum := 0
+			for _, c := range hs {
+				sum += <-c
+			}
+			return sum
+		}
+		batch(0)
+		start := time.Now()
+		sum := 0
+		for b := 0; b < n/1000; b++ {
+			sum += batch(b * 1000)
+		}
+		m := n / 1000 * 1000
+		if sum != m*(m-1)/2 {
+			panic("bad sum")
+		}
+		fmt.Printf("RESULT %.3f ns\n", float64(time.Since(start).Nanoseconds())/float64(m))
+	case "yield-lone":
+		for i := 0; i < 1000; i++ {
+			runtime.Gosched()
+		}
+		start := time.Now()
+		for i := 0; i < n; i++ {
+			runtime.Gosched()
 		}
 		fmt.Printf("RESULT %.3f ns\n", float64(time.Since(start).Nanoseconds())/float64(n))
 	case "fibers":

@@ -103,6 +103,35 @@ fn may_bench(bench: &str, n: u64) {
             });
             report(h.join().unwrap(), "ns");
         }
+        "spawn-value" => {
+            let h = may::go!(move || {
+                let mut sum = 0u64;
+                for i in 0..1000 {
+                    sum += may::go!(move || i).join().unwrap();
+                }
+                let start = Instant::now();
+                for i in 0..n {
+                    sum += may::go!(move || i).join().unwrap();
+                }
+                let ns = start.elapsed().as_nanos() as f64 / n as f64;
+                assert_eq!(sum, 999 * 1000 / 2 + n * (n - 1) / 2);
+                ns
+            });
+            report(h.join().unwrap(), "ns");
+        }
+        "yield-lone" => {
+            let h = may::go!(move || {
+                for _ in 0..1000 {
+                    may::coroutine::yield_now();
+                }
+                let start = Instant::now();
+                for _ in 0..n {
+                    may::coroutine::yield_now();
+                }
+                start.elapsed().as_nanos() as f64 / n as f64
+            });
+            report(h.join().unwrap(), "ns");
+        }
         "rss" => {
             let before = rss_kib();
             let parked = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -167,6 +196,73 @@ fn tokio_bench(bench: &str, n: u64, multi: bool) {
                     let start = Instant::now();
                     for _ in 0..n {
                         tokio::spawn(async {}).await.unwrap();
+                    }
+                    start.elapsed().as_nanos() as f64 / n as f64
+                })
+                .await
+                .unwrap()
+            });
+            report(ns, "ns");
+        }
+        // Everything inside a spawned task, as tokio's users are told to
+        // run their code (`block_on`'s own future is polled differently).
+        "spawn-value" => {
+            let ns = rt.block_on(async move {
+                tokio::spawn(async move {
+                    let mut sum = 0u64;
+                    for i in 0..1000 {
+                        sum += tokio::spawn(async move { i }).await.unwrap();
+                    }
+                    let start = Instant::now();
+                    for i in 0..n {
+                        sum += tokio::spawn(async move { i }).await.unwrap();
+                    }
+                    let ns = start.elapsed().as_nanos() as f64 / n as f64;
+                    assert_eq!(sum, 999 * 1000 / 2 + n * (n - 1) / 2);
+                    ns
+                })
+                .await
+                .unwrap()
+            });
+            report(ns, "ns");
+        }
+        "spawn-batch" => {
+            let ns = rt.block_on(async move {
+                tokio::spawn(async move {
+                    async fn batch(base: u64) -> u64 {
+                        let handles: Vec<_> = (base..base + 1000)
+                            .map(|i| tokio::spawn(async move { i }))
+                            .collect();
+                        let mut sum = 0;
+                        for h in handles {
+                            sum += h.await.unwrap();
+                        }
+                        sum
+                    }
+                    batch(0).await;
+                    let start = Instant::now();
+                    let mut sum = 0;
+                    for b in 0..n / 1000 {
+                        sum += batch(b * 1000).await;
+                    }
+                    let m = n / 1000 * 1000;
+                    assert_eq!(sum, m * (m - 1) / 2);
+                    start.elapsed().as_nanos() as f64 / m as f64
+                })
+                .await
+                .unwrap()
+            });
+            report(ns, "ns");
+        }
+        "yield-lone" => {
+            let ns = rt.block_on(async move {
+                tokio::spawn(async move {
+                    for _ in 0..1000 {
+                        tokio::task::yield_now().await;
+                    }
+                    let start = Instant::now();
+                    for _ in 0..n {
+                        tokio::task::yield_now().await;
                     }
                     start.elapsed().as_nanos() as f64 / n as f64
                 })

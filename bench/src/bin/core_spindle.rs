@@ -41,6 +41,59 @@ fn main() {
             });
             report(ns, "ns");
         }
+        // The rows below are written as a user writes them: `spindle::run`
+        // with its defaults (pinned to one CPU it starts one worker), a
+        // closure that returns a value, a fiber yielding on its own.
+        "spawn-value" => {
+            let ns = spindle::run(move || {
+                let mut sum = 0u64;
+                for i in 0..1000 {
+                    sum += spindle::spawn(move || i).join().unwrap();
+                }
+                let start = Instant::now();
+                for i in 0..n {
+                    sum += spindle::spawn(move || i).join().unwrap();
+                }
+                let ns = start.elapsed().as_nanos() as f64 / n as f64;
+                assert_eq!(sum, 999 * 1000 / 2 + n * (n - 1) / 2);
+                ns
+            });
+            report(ns, "ns");
+        }
+        "spawn-batch" => {
+            // Spawn 1 000, then join them; n fibers in all.
+            let ns = spindle::run(move || {
+                let batch = |base: u64| {
+                    let handles: Vec<_> = (base..base + 1000)
+                        .map(|i| spindle::spawn(move || i))
+                        .collect();
+                    handles.into_iter().map(|h| h.join().unwrap()).sum::<u64>()
+                };
+                batch(0);
+                let start = Instant::now();
+                let mut sum = 0;
+                for b in 0..n / 1000 {
+                    sum += batch(b * 1000);
+                }
+                let m = n / 1000 * 1000;
+                assert_eq!(sum, m * (m - 1) / 2);
+                start.elapsed().as_nanos() as f64 / m as f64
+            });
+            report(ns, "ns");
+        }
+        "yield-lone" => {
+            let ns = spindle::run(move || {
+                for _ in 0..1000 {
+                    spindle::yield_now();
+                }
+                let start = Instant::now();
+                for _ in 0..n {
+                    spindle::yield_now();
+                }
+                start.elapsed().as_nanos() as f64 / n as f64
+            });
+            report(ns, "ns");
+        }
         "rss" => {
             let rt = spindle::Runtime::builder().workers(1).build().unwrap();
             let before = rt.run(rss_kib);

@@ -87,35 +87,40 @@ fn hyper(addr: String, tls: Option<tokio_rustls::TlsAcceptor>) {
     rt.block_on(async move {
         let l = tokio::net::TcpListener::bind(addr.as_str()).await.unwrap();
         listening(l.local_addr().unwrap());
-        loop {
-            let Ok((s, _)) = l.accept().await else {
-                continue;
-            };
-            let _ = s.set_nodelay(true);
-            let tls = tls.clone();
-            tokio::spawn(async move {
-                let svc = service_fn(|_req| async {
-                    Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
-                        bytes::Bytes::from_static(b"Hello, World!"),
-                    )))
+        // The accept loop in a spawned task, as hyper's examples run it:
+        // `block_on`'s own future is not polled by the worker.
+        let accept = tokio::spawn(async move {
+            loop {
+                let Ok((s, _)) = l.accept().await else {
+                    continue;
+                };
+                let _ = s.set_nodelay(true);
+                let tls = tls.clone();
+                tokio::spawn(async move {
+                    let svc = service_fn(|_req| async {
+                        Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
+                            bytes::Bytes::from_static(b"Hello, World!"),
+                        )))
+                    });
+                    match tls {
+                        None => {
+                            let _ = http1::Builder::new()
+                                .serve_connection(TokioIo::new(s), svc)
+                                .await;
+                        }
+                        Some(acceptor) => {
+                            let Ok(s) = acceptor.accept(s).await else {
+                                return;
+                            };
+                            let _ = http1::Builder::new()
+                                .serve_connection(TokioIo::new(s), svc)
+                                .await;
+                        }
+                    }
                 });
-                match tls {
-                    None => {
-                        let _ = http1::Builder::new()
-                            .serve_connection(TokioIo::new(s), svc)
-                            .await;
-                    }
-                    Some(acceptor) => {
-                        let Ok(s) = acceptor.accept(s).await else {
-                            return;
-                        };
-                        let _ = http1::Builder::new()
-                            .serve_connection(TokioIo::new(s), svc)
-                            .await;
-                    }
-                }
-            });
-        }
+            }
+        });
+        let _ = accept.await;
     });
 }
 

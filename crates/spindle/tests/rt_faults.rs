@@ -83,6 +83,49 @@ fn a_fiber_that_blocks_its_worker_is_reported_once_by_id_and_name() {
 }
 
 #[test]
+fn child_yield_spinner() {
+    if role().as_deref() != Some("yield-spin") {
+        return;
+    }
+    let rt = spindle::Runtime::builder()
+        .workers(1)
+        .stall_warning(Some(Duration::from_millis(50)))
+        .build()
+        .unwrap();
+    rt.run(|| {
+        spindle::Builder::new()
+            .name("yield-spinner")
+            .spawn(|| {
+                let start = std::time::Instant::now();
+                while start.elapsed() < Duration::from_millis(400) {
+                    spindle::yield_now();
+                }
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        eprintln!("spinner done");
+    });
+}
+
+/// A fiber that keeps yielding holds its worker without switching when
+/// nothing else is runnable, but it is not blocking anyone: no stall report.
+#[test]
+fn a_lone_fiber_spinning_on_yield_now_is_not_reported_as_a_stall() {
+    if role().is_some() {
+        return;
+    }
+    let out = child("child_yield_spinner", "yield-spin").output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("spinner done"), "{stderr}");
+    assert!(
+        !stderr.contains("without a switch") && !stderr.contains("blocked worker"),
+        "a yielding fiber was reported as a stall: {stderr}"
+    );
+}
+
+#[test]
 fn child_std_lock_across_a_park() {
     if role().as_deref() != Some("std-lock") {
         return;

@@ -1,5 +1,7 @@
 //! Service order: FIFO stamps, yielding, fairness on one worker.
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -52,6 +54,38 @@ fn a_fiber_spinning_on_yield_now_does_not_starve_new_fibers() {
         }
         stop.store(true, Ordering::Relaxed);
         assert!(spinner.join().unwrap() > 0);
+    });
+}
+
+/// A lone fiber's yield goes on without a switch when nothing else can run
+/// (see `docs/DESIGN.md`); the netpoller must still be polled meanwhile, or
+/// a fiber parked on a socket would never wake.
+#[test]
+fn a_lone_fiber_spinning_on_yield_now_still_lets_a_socket_wake_its_fiber() {
+    common::within(std::time::Duration::from_secs(20), || {
+        let rt = Runtime::builder().workers(1).build().unwrap();
+        rt.run(|| {
+            let listener = spindle::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            let accepted = Arc::new(AtomicBool::new(false));
+            let a = accepted.clone();
+            let acceptor = spindle::spawn(move || {
+                let (_conn, _) = listener.accept().unwrap();
+                a.store(true, Ordering::Release);
+            });
+            // Let the acceptor park on the socket, then connect from a
+            // plain thread: only the netpoller can tell the worker.
+            spindle::yield_now();
+            let client = std::thread::spawn(move || std::net::TcpStream::connect(addr).unwrap());
+            let mut spins = 0u64;
+            while !accepted.load(Ordering::Acquire) {
+                spindle::yield_now();
+                spins += 1;
+            }
+            acceptor.join().unwrap();
+            drop(client.join().unwrap());
+            assert!(spins > 0);
+        });
     });
 }
 

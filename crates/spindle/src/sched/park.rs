@@ -43,9 +43,13 @@ pub(crate) use crate::fiber::wait::{
 };
 
 /// Lets other runnable fibers run (`spindle::yield_now`); a thread, or a
-/// fiber that may not switch, yields its thread.
+/// fiber that may not switch, yields its thread. When no other fiber could
+/// run and the worker has nothing due, the fiber goes on without a switch.
 pub(crate) fn yield_now() {
     if super::worker::can_park() {
+        if super::worker::yield_in_place() {
+            return;
+        }
         crate::fiber::suspend(crate::fiber::Switch::Yield);
     } else {
         std::thread::yield_now();

@@ -210,6 +210,13 @@ pub(crate) fn drive_in_place() {
     })
 }
 
+/// Yields the running fiber in place when nothing else could run instead
+/// (see `Worker::yield_in_place`); false when the caller must switch.
+#[inline]
+pub(crate) fn yield_in_place() -> bool {
+    with_worker(|w| w.is_some_and(|w| w.yield_in_place()))
+}
+
 /// Queues a new fiber on the calling worker if it belongs to `sched`: on
 /// the local queue, or on the inbox (waking a sleeper) when some worker
 /// sleeps and the fiber may be stolen. Hands the fiber back otherwise.

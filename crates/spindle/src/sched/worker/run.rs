@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use super::{Worker, BATCH, SHED_EVERY};
 use crate::fiber::{self, FiberRef, Outcome};
-use crate::sched::queue::Entry;
+use crate::sched::queue::{Entry, NO_STAMP};
 
 impl Worker {
     pub(super) fn run_loop(&self) {
@@ -67,6 +67,35 @@ impl Worker {
             });
             local.pop()
         })
+    }
+
+    /// `yield_now` without a switch, when a switch would change nothing: no
+    /// other fiber is runnable here (local queue, inbox and global queue are
+    /// empty) and the loop has no duty due (no timers armed, not the 16th
+    /// dispatch that polls the netpoller, no shutdown, cancellation, dump
+    /// request or stall mark). Counts as a dispatch, so the loop's cadence
+    /// and the watchdog see the same progress as after a switch. False:
+    /// the caller switches to the loop as usual.
+    ///
+    /// Called by the running fiber of this worker.
+    pub(super) fn yield_in_place(&self) -> bool {
+        let n = self.dispatches.get() + 1;
+        let shared = self.shared();
+        if n.is_multiple_of(16)
+            || self.sched.is_shutdown()
+            || self.sched.is_cancelling()
+            || self.sched.dump_gen.load(Ordering::Relaxed) != self.dump_answered.get()
+            || shared.local.stalled.load(Ordering::Relaxed)
+            || shared.inbox.head_stamp() != NO_STAMP
+            || self.sched.global.head_stamp() != NO_STAMP
+            || !self.state.with(|s| s.timers.is_empty())
+            || self.with_local(|local| local.len() != 0)
+        {
+            return false;
+        }
+        self.dispatches.set(n);
+        shared.dispatch_seq.store(n, Ordering::Relaxed);
+        true
     }
 
     /// Runs one fiber until it switches back, then files it.
