@@ -40,7 +40,12 @@ impl Worker {
     }
 
     /// Watches the shared queues for up to `SPIN_US`; true if work came.
+    /// Not at all when the CPU would be taken from someone who needs it
+    /// (`spin.rs`).
     fn spin_for_work(&self) -> bool {
+        let Some(_permit) = super::spin::SpinPermit::try_take() else {
+            return false;
+        };
         let start = Instant::now();
         loop {
             for _ in 0..64 {

@@ -40,6 +40,7 @@ mod diag;
 mod idle;
 mod run;
 mod shutdown;
+mod spin;
 mod steal;
 
 use std::cell::{Cell, UnsafeCell};

@@ -1,0 +1,134 @@
+//! Whether an idle worker may spin at all (`docs/DESIGN.md`, "Sleeping and
+//! spinning").
+//!
+//! A spin buys latency with a CPU that nobody else wanted. When somebody
+//! else does want it, the spin steals it — possibly from the very thread
+//! that would push the work the spinner waits for. So a worker spins only
+//! while:
+//!
+//! * it may run on at least two CPUs (on one, the pusher cannot run while
+//!   it spins);
+//! * fewer than half of those CPUs already hold a spinning worker of this
+//!   process (any runtime's);
+//! * the machine is not oversubscribed: at the last sample of the kernel's
+//!   count of runnable threads (`/proc/loadavg`, taken at most every
+//!   [`SAMPLE_EVERY`] by whichever worker needs it), there were no more of
+//!   them than online CPUs.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// How old the runnable-thread sample may get before a spinner takes a
+/// new one.
+pub(super) const SAMPLE_EVERY: Duration = Duration::from_millis(50);
+
+/// Workers of this process spinning now.
+static SPINNING: AtomicUsize = AtomicUsize::new(0);
+/// Whether the last sample found more runnable threads than CPUs.
+static CROWDED: AtomicBool = AtomicBool::new(false);
+/// When the last sample was taken, in µs since [`epoch`] (0: never).
+static SAMPLED_AT: AtomicU64 = AtomicU64::new(0);
+
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// CPUs this process may run on, and CPUs online.
+fn cpus() -> (usize, usize) {
+    static CPUS: OnceLock<(usize, usize)> = OnceLock::new();
+    *CPUS.get_or_init(|| {
+        let allowed = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // SAFETY: sysconf has no preconditions.
+        let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        (allowed, usize::try_from(online).unwrap_or(allowed).max(1))
+    })
+}
+
+/// A permit to spin, released on drop; `None` when spinning would take a
+/// CPU somebody else needs.
+pub(super) struct SpinPermit(());
+
+impl SpinPermit {
+    pub(super) fn try_take() -> Option<SpinPermit> {
+        let (allowed, online) = cpus();
+        if allowed < 2 || crowded(online) {
+            return None;
+        }
+        let before = SPINNING.fetch_add(1, Ordering::Relaxed);
+        if before >= allowed / 2 {
+            SPINNING.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(SpinPermit(()))
+    }
+}
+
+impl Drop for SpinPermit {
+    fn drop(&mut self) {
+        SPINNING.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The last sample's verdict, refreshed first if it is stale (by one
+/// caller; the others use the old verdict meanwhile).
+fn crowded(online: usize) -> bool {
+    let now = epoch().elapsed().as_micros() as u64 + 1;
+    let last = SAMPLED_AT.load(Ordering::Relaxed);
+    if now.saturating_sub(last) >= SAMPLE_EVERY.as_micros() as u64
+        && SAMPLED_AT
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        let verdict = std::fs::read("/proc/loadavg")
+            .ok()
+            .and_then(|text| runnable_threads(&text))
+            .is_some_and(|running| running > online);
+        CROWDED.store(verdict, Ordering::Relaxed);
+    }
+    CROWDED.load(Ordering::Relaxed)
+}
+
+/// The runnable-thread count of a `/proc/loadavg` line
+/// (`0.50 0.40 0.30 3/412 12345`: the 4th field's numerator).
+fn runnable_threads(loadavg: &[u8]) -> Option<usize> {
+    let text = std::str::from_utf8(loadavg).ok()?;
+    let field = text.split_ascii_whitespace().nth(3)?;
+    field.split_once('/')?.0.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_runnable_count_is_the_fourth_fields_numerator() {
+        assert_eq!(runnable_threads(b"0.52 0.58 0.59 3/467 12345\n"), Some(3));
+        assert_eq!(runnable_threads(b"12.00 9.10 8.00 17/1024 99"), Some(17));
+    }
+
+    #[test]
+    fn a_malformed_line_has_no_count() {
+        assert_eq!(runnable_threads(b""), None);
+        assert_eq!(runnable_threads(b"0.52 0.58 0.59"), None);
+        assert_eq!(runnable_threads(b"0.52 0.58 0.59 x/467 1"), None);
+        assert_eq!(runnable_threads(b"0.52 0.58 0.59 3467 1"), None);
+        assert_eq!(runnable_threads(&[0xff, 0xfe]), None);
+    }
+
+    #[test]
+    fn at_most_half_the_allowed_cpus_spin_at_once() {
+        let (allowed, _) = cpus();
+        let permits: Vec<_> = (0..allowed + 2)
+            .filter_map(|_| SpinPermit::try_take())
+            .collect();
+        // Other tests' workers may hold permits too: never more than half.
+        assert!(
+            permits.len() <= allowed / 2,
+            "{} of {allowed}",
+            permits.len()
+        );
+        drop(permits);
+    }
+}
