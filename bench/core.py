@@ -74,12 +74,14 @@ def rows(quick):
         ("spawn+join, one after another, the closure returns a value; `spindle::run` as a user writes it", [
             ("spindle", sp("spawn-value", n), None),
             ("tokio current_thread (inside a spawned task)", pe("tokio-ct", "spawn-value", n), None),
+            ("tokio current_thread, no I/O or time driver", pe("tokio-ct-bare", "spawn-value", n), None),
             ("go (a channel for the result)", gb("spawn-value", n), go),
             ("may", pe("may", "spawn-value", n // 10), None),
         ]),
         ("spawn 1 000, then join them (each returns a value)", [
             ("spindle", sp("spawn-batch", n), None),
             ("tokio current_thread (inside a spawned task)", pe("tokio-ct", "spawn-batch", n), None),
+            ("tokio current_thread, no I/O or time driver", pe("tokio-ct-bare", "spawn-batch", n), None),
             ("go (a channel per goroutine)", gb("spawn-batch", n), go),
         ]),
         ("yield_now from the only fiber", [

@@ -1,5 +1,6 @@
 //! The same fiber-core benchmarks for peers:
-//! `core_peers <corosensei|may|tokio-ct|tokio-mt1> <switch|yield|spawn|spawn-fresh|rss> N`.
+//! `core_peers <corosensei|may|tokio-ct|tokio-ct-bare|tokio-mt1> <bench> N`
+//! (`tokio-ct-bare`: current_thread without its I/O and time drivers).
 
 use std::time::Instant;
 
@@ -13,8 +14,9 @@ fn main() {
     match (peer.as_str(), bench.as_str()) {
         ("corosensei", b) => corosensei_bench(b, n),
         ("may", b) => may_bench(b, n),
-        ("tokio-ct", b) => tokio_bench(b, n, false),
-        ("tokio-mt1", b) => tokio_bench(b, n, true),
+        ("tokio-ct", b) => tokio_bench(b, n, false, true),
+        ("tokio-ct-bare", b) => tokio_bench(b, n, false, false),
+        ("tokio-mt1", b) => tokio_bench(b, n, true, true),
         (p, b) => panic!("unknown {p} {b}"),
     }
 }
@@ -153,19 +155,18 @@ fn may_bench(bench: &str, n: u64) {
     }
 }
 
-fn tokio_bench(bench: &str, n: u64, multi: bool) {
-    let rt = if multi {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap()
+fn tokio_bench(bench: &str, n: u64, multi: bool, drivers: bool) {
+    let mut builder = if multi {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(1);
+        b
     } else {
         tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
     };
+    if drivers {
+        builder.enable_all();
+    }
+    let rt = builder.build().unwrap();
     match bench {
         "yield" => {
             let ns = rt.block_on(async move {

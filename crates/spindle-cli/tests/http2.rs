@@ -111,14 +111,18 @@ fn h2_over_tls_by_alpn_and_h2spec_passes_every_case() {
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let mut stdout = run();
-    // The one case that races by its design (see spindle-http's
-    // `h2spec_passes_every_case_over_h2c`): overflowing WINDOW_UPDATEs on
-    // a stream the guest may have answered and closed before they arrive.
-    let raced = "Sends multiple WINDOW_UPDATE frames increasing the flow control window to above 2^31-1 on a stream";
+    // The two cases that race by their design (see spindle-http's
+    // `h2spec_passes_every_case_over_h2c`): overflowing WINDOW_UPDATEs, or
+    // a second HEADERS without END_STREAM, on a stream the guest may have
+    // answered (it does not read the body) before they arrive.
+    const RACED: [&str; 2] = [
+        "× 3: Sends multiple WINDOW_UPDATE frames increasing the flow control window to above 2^31-1 on a stream",
+        "× 1: Sends a second HEADERS frame without the END_STREAM flag",
+    ];
     if stdout.contains("146 tests, 145 passed, 0 skipped, 1 failed")
-        && stdout.contains(&format!("× 3: {raced}"))
+        && RACED.iter().any(|case| stdout.contains(case))
     {
-        eprintln!("h2spec: the window-update race lost once; again");
+        eprintln!("h2spec: a race by design lost once; again");
         stdout = run();
     }
     assert!(

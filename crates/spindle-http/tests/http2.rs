@@ -320,22 +320,35 @@ fn h2spec_passes_every_case_over_h2c() {
     };
     let all = "146 tests, 146 passed, 0 skipped, 0 failed";
     let mut stdout = run();
-    // One case races by its design: it opens a stream with a body still to
-    // come, then sends two WINDOW_UPDATEs that overflow its window, and
-    // wants the RST_STREAM(FLOW_CONTROL_ERROR) they earn. If the handler
-    // (this one answers without reading the body) has answered before they
-    // arrive, the stream is closed with RST_STREAM(NO_ERROR) first, as RFC
-    // 9113 §8.1 asks, and the window updates land on a closed stream. When
-    // that case alone failed, the suite runs once more.
-    let raced = "Sends multiple WINDOW_UPDATE frames increasing the flow control window to above 2^31-1 on a stream";
-    if stdout.contains("146 tests, 145 passed, 0 skipped, 1 failed")
-        && stdout.contains(&format!("× 3: {raced}"))
-    {
-        eprintln!("h2spec: the window-update race lost once; again");
+    // Two cases race by their design, both against a handler (this one)
+    // that answers without reading the body. One opens a stream with a
+    // body still to come, then sends two WINDOW_UPDATEs that overflow its
+    // window, and wants the RST_STREAM(FLOW_CONTROL_ERROR) they earn; if
+    // the answer went out first, the stream is closed with
+    // RST_STREAM(NO_ERROR), as RFC 9113 §8.1 asks, and the updates land on
+    // a closed stream. The other sends a second HEADERS without END_STREAM
+    // and wants GOAWAY(PROTOCOL_ERROR) as the next frame; if the answer
+    // went out first, the stream was closed the same way and the HEADERS
+    // is one of the frames on a closed stream that §5.1 says to ignore
+    // (h2spec then sees the answer's DATA). When one of those alone
+    // failed, the suite runs once more.
+    if lost_an_h2spec_race(&stdout) {
+        eprintln!("h2spec: a race by design lost once; again");
         stdout = run();
     }
     assert!(stdout.contains(all), "{stdout}");
     still_serves(addr);
+}
+
+/// Whether h2spec's only failure is one of its two cases that race a
+/// handler that answers before the request ends (see the h2c test).
+fn lost_an_h2spec_race(stdout: &str) -> bool {
+    const RACED: [&str; 2] = [
+        "× 3: Sends multiple WINDOW_UPDATE frames increasing the flow control window to above 2^31-1 on a stream",
+        "× 1: Sends a second HEADERS frame without the END_STREAM flag",
+    ];
+    stdout.contains("146 tests, 145 passed, 0 skipped, 1 failed")
+        && RACED.iter().any(|case| stdout.contains(case))
 }
 
 #[test]
