@@ -23,8 +23,20 @@ fn measure(f: Recv) -> f64 {
     // SAFETY: setsockopt of an int.
     unsafe {
         let big: i32 = 4 << 20;
-        libc::setsockopt(b.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, (&big as *const i32).cast(), 4);
-        libc::setsockopt(a.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, (&big as *const i32).cast(), 4);
+        libc::setsockopt(
+            b.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&big as *const i32).cast(),
+            4,
+        );
+        libc::setsockopt(
+            a.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&big as *const i32).cast(),
+            4,
+        );
     }
     let chunk = vec![7u8; 64 << 10];
     let mut buf = [0u8; 1];
@@ -34,7 +46,14 @@ fn measure(f: Recv) -> f64 {
         let mut queued = 0;
         while queued < 64 << 10 {
             // SAFETY: a valid buffer.
-            let n = unsafe { libc::send(b.as_raw_fd(), chunk.as_ptr().cast(), chunk.len() - queued, libc::MSG_DONTWAIT) };
+            let n = unsafe {
+                libc::send(
+                    b.as_raw_fd(),
+                    chunk.as_ptr().cast(),
+                    chunk.len() - queued,
+                    libc::MSG_DONTWAIT,
+                )
+            };
             if n <= 0 {
                 break;
             }
@@ -50,7 +69,15 @@ fn measure(f: Recv) -> f64 {
         done += batch;
         // Drain what is left so the next batch starts empty.
         // SAFETY: as above, non-blocking.
-        while unsafe { f(a.as_raw_fd(), buf.as_mut_ptr().cast(), 1, libc::MSG_DONTWAIT) } > 0 {}
+        while unsafe {
+            f(
+                a.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                1,
+                libc::MSG_DONTWAIT,
+            )
+        } > 0
+        {}
     }
     total.as_nanos() as f64 / CALLS as f64
 }

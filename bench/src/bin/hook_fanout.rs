@@ -27,13 +27,11 @@ fn main() {
                 let (which, url, hostport) = (which.clone(), url.clone(), hostport.clone());
                 let agent = agent.clone();
                 spindle::spawn(move || match which.as_str() {
-                    "ureq" => {
-                        agent
-                            .get(&url)
-                            .call()
-                            .and_then(|mut r| r.body_mut().read_to_string())
-                            .is_ok()
-                    }
+                    "ureq" => agent
+                        .get(&url)
+                        .call()
+                        .and_then(|mut r| r.body_mut().read_to_string())
+                        .is_ok(),
                     "std" => {
                         let Ok(mut s) = std::net::TcpStream::connect(hostport.as_str()) else {
                             return false;

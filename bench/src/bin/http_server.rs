@@ -8,7 +8,9 @@
 //! use rustls with the ring provider and the same configuration. The
 //! `hyper-auto` variants are hyper-util's auto builder: HTTP/1.1 and h2c
 //! by prior knowledge on one port (over TLS, HTTP/2 by ALPN), with the
-//! accept loop in a spawned task, as hyper's examples do.
+//! accept loop in a spawned task, as hyper's examples do. Every server
+//! answers as `crates/spindle-http/examples/hello.rs` does: `Hello, World!`
+//! with `content-type: text/plain`.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -32,7 +34,10 @@ fn main() {
         "hyper-auto-tls" => {
             let mut config = (*tls()).clone();
             config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-            hyper_auto(addr, Some(tokio_rustls::TlsAcceptor::from(Arc::new(config))))
+            hyper_auto(
+                addr,
+                Some(tokio_rustls::TlsAcceptor::from(Arc::new(config))),
+            )
         }
         other => panic!("unknown server {other}"),
     }
@@ -69,13 +74,31 @@ fn spindle(addr: String, tls: Option<Arc<spindle_http::tls::rustls::ServerConfig
         }
         listening(server.local_addr().unwrap());
         server
-            .serve(|_req| spindle_http::Response::new(spindle_http::Body::from("Hello, World!")))
+            .serve(|_req| {
+                let mut r = spindle_http::Response::new(spindle_http::Body::from("Hello, World!"));
+                r.headers_mut().insert(
+                    spindle_http::http::header::CONTENT_TYPE,
+                    spindle_http::http::HeaderValue::from_static("text/plain"),
+                );
+                r
+            })
             .unwrap();
     });
 }
 
+/// The hyper servers' answer: what `examples/hello.rs` answers.
+fn hello() -> hyper::Response<http_body_util::Full<bytes::Bytes>> {
+    let mut r = hyper::Response::new(http_body_util::Full::new(bytes::Bytes::from_static(
+        b"Hello, World!",
+    )));
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/plain"),
+    );
+    r
+}
+
 fn hyper(addr: String, tls: Option<tokio_rustls::TlsAcceptor>) {
-    use http_body_util::Full;
     use hyper::server::conn::http1;
     use hyper::service::service_fn;
     use hyper_util::rt::TokioIo;
@@ -97,11 +120,8 @@ fn hyper(addr: String, tls: Option<tokio_rustls::TlsAcceptor>) {
                 let _ = s.set_nodelay(true);
                 let tls = tls.clone();
                 tokio::spawn(async move {
-                    let svc = service_fn(|_req| async {
-                        Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
-                            bytes::Bytes::from_static(b"Hello, World!"),
-                        )))
-                    });
+                    let svc =
+                        service_fn(|_req| async { Ok::<_, std::convert::Infallible>(hello()) });
                     match tls {
                         None => {
                             let _ = http1::Builder::new()
@@ -125,7 +145,6 @@ fn hyper(addr: String, tls: Option<tokio_rustls::TlsAcceptor>) {
 }
 
 fn hyper_auto(addr: String, tls: Option<tokio_rustls::TlsAcceptor>) {
-    use http_body_util::Full;
     use hyper::service::service_fn;
     use hyper_util::rt::{TokioExecutor, TokioIo};
     use hyper_util::server::conn::auto;
@@ -145,11 +164,8 @@ fn hyper_auto(addr: String, tls: Option<tokio_rustls::TlsAcceptor>) {
                 let _ = s.set_nodelay(true);
                 let tls = tls.clone();
                 tokio::spawn(async move {
-                    let svc = service_fn(|_req| async {
-                        Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
-                            bytes::Bytes::from_static(b"Hello, World!"),
-                        )))
-                    });
+                    let svc =
+                        service_fn(|_req| async { Ok::<_, std::convert::Infallible>(hello()) });
                     let builder = auto::Builder::new(TokioExecutor::new());
                     match tls {
                         None => {
@@ -175,6 +191,7 @@ fn may(addr: String) {
     struct Hello;
     impl HttpService for Hello {
         fn call(&mut self, _req: Request, rsp: &mut Response) -> std::io::Result<()> {
+            rsp.header("Content-Type: text/plain");
             rsp.body("Hello, World!");
             Ok(())
         }
