@@ -21,16 +21,21 @@ fn child(test: &str, role: &str) -> Command {
     c
 }
 
+/// One worker, stalls reported after 50 ms: the children's runtime.
+fn watched_runtime() -> spindle::Runtime {
+    spindle::Runtime::builder()
+        .workers(1)
+        .stall_warning(Some(Duration::from_millis(50)))
+        .build()
+        .unwrap()
+}
+
 #[test]
 fn child_blocking_fiber() {
     if role().as_deref() != Some("block") {
         return;
     }
-    let rt = spindle::Runtime::builder()
-        .workers(1)
-        .stall_warning(Some(Duration::from_millis(50)))
-        .build()
-        .unwrap();
+    let rt = watched_runtime();
     rt.run(|| {
         spindle::Builder::new()
             .name("sleepy-handler")
@@ -87,11 +92,7 @@ fn child_yield_spinner() {
     if role().as_deref() != Some("yield-spin") {
         return;
     }
-    let rt = spindle::Runtime::builder()
-        .workers(1)
-        .stall_warning(Some(Duration::from_millis(50)))
-        .build()
-        .unwrap();
+    let rt = watched_runtime();
     rt.run(|| {
         spindle::Builder::new()
             .name("yield-spinner")
@@ -130,11 +131,7 @@ fn child_std_lock_across_a_park() {
     if role().as_deref() != Some("std-lock") {
         return;
     }
-    let rt = spindle::Runtime::builder()
-        .workers(1)
-        .stall_warning(Some(Duration::from_millis(50)))
-        .build()
-        .unwrap();
+    let rt = watched_runtime();
     rt.run(|| {
         let lock = std::sync::Arc::new(std::sync::Mutex::new(0));
         let l = lock.clone();
