@@ -127,6 +127,53 @@ fn a_lone_fiber_spinning_on_yield_now_is_not_reported_as_a_stall() {
 }
 
 #[test]
+fn child_yields_then_blocks() {
+    if role().as_deref() != Some("yield-then-block") {
+        return;
+    }
+    let rt = watched_runtime();
+    rt.run(|| {
+        spindle::Builder::new()
+            .name("yields-then-sleeps")
+            .spawn(|| {
+                // In-place yields move the dispatch's number on; the stall
+                // that follows must still be reported both times.
+                for _ in 0..5 {
+                    spindle::yield_now();
+                }
+                std::thread::sleep(Duration::from_millis(300));
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    });
+}
+
+#[test]
+fn a_fiber_that_blocks_after_yielding_in_place_is_reported_when_it_comes_back() {
+    if role().is_some() {
+        return;
+    }
+    let out = child("child_yields_then_blocks", "yield-then-block")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stderr.matches("without a switch;").count(),
+        1,
+        "reported while it blocks: {stderr}"
+    );
+    assert_eq!(
+        stderr
+            .matches("\"yields-then-sleeps\" blocked worker 0")
+            .count(),
+        1,
+        "and when it comes back: {stderr}"
+    );
+}
+
+#[test]
 fn child_std_lock_across_a_park() {
     if role().as_deref() != Some("std-lock") {
         return;

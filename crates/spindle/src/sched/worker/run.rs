@@ -146,6 +146,10 @@ impl Worker {
         if shared.local.stalled.load(Ordering::Relaxed) {
             shared.local.stalled.store(false, Ordering::Relaxed);
         }
+        // The dispatch's last sequence number: `yield_in_place` moves it on
+        // while the fiber runs, and a stall after such a yield was reported
+        // under the newer number.
+        let seq = shared.dispatch_seq.load(Ordering::Relaxed);
         if shared.stalled_seq.load(Ordering::Relaxed) == seq {
             self.report_stall(&fiber);
         }
