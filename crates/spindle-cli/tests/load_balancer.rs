@@ -195,17 +195,20 @@ print(sum(ok), len(bad), bad[:5])
         .unwrap();
 
     std::thread::sleep(Duration::from_millis(1500));
-    // SIGTERM one backend mid-load; a replacement comes up on the spare slot.
+    // SIGTERM one backend mid-load; a replacement comes up on the spare slot
+    // while it drains.
     let leaving = backends.remove(0);
     Command::new("kill")
         .args(["-TERM", &leaving.child.id().to_string()])
         .status()
         .unwrap();
-    let replacement = Backend::start(ports[3].0, ports[3].1, "2");
     wait_for(stats, "b0", "DOWN");
-    // Its count once HAProxy has stopped sending (still in its delay).
+    // Its count once HAProxy has stopped sending (still in its delay; read
+    // before the replacement starts, whose start may take a while on a
+    // loaded machine, so that the delay cannot run out first).
     std::thread::sleep(Duration::from_millis(500));
     let left_with = leaving.answered();
+    let replacement = Backend::start(ports[3].0, ports[3].1, "2");
     let mut leaving = leaving;
     let until = Instant::now() + Duration::from_secs(20);
     let status = loop {
