@@ -146,7 +146,9 @@ fn a_backend_drained_behind_haproxy_loses_no_request_and_the_metrics_add_up() {
     let (front, stats) = (free_port(), free_port());
     let mut backends: Vec<Backend> = ports[..3]
         .iter()
-        .map(|&(p, a)| Backend::start(p, a, "2"))
+        // A delay long enough for the leaving one's count to be read while
+        // the other test of this file loads the machine.
+        .map(|&(p, a)| Backend::start(p, a, "4"))
         .collect();
     let servers: String = ports
         .iter()
