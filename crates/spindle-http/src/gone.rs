@@ -6,7 +6,10 @@
 //! [`ServerConfig::watch_client_gone`](crate::ServerConfig) is on and the
 //! request has no body left on the connection (a body being read is the
 //! handler's to watch). It holds the connection weakly, and looks without
-//! reading: a peek of one byte that does not wait. End of stream or an
+//! reading: a peek of one byte (`TcpStream::poll_peek`), on the
+//! connection's own netpoller registration. A request read to its end
+//! left the receive queue empty, so until the next edge a look costs no
+//! syscall — a handler's wait pays nothing for the watch. End of stream or an
 //! error means gone. A byte means the client sent more (a pipelined
 //! request, a TLS alert) that is the connection's to read, so the watch
 //! ends there and never fires: only a close with nothing unread is seen.
@@ -18,7 +21,6 @@
 
 use std::future::Future;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
@@ -87,8 +89,8 @@ impl ClientGone {
     pub fn wait(&self) -> Gone {
         Gone {
             watch: self.watch.clone(),
-            readable: None,
             watching: true,
+            registered: None,
         }
     }
 
@@ -121,8 +123,10 @@ fn reset(stream: &Weak<StreamReset>, cx: &mut Context<'_>) -> Poll<()> {
 #[derive(Debug)]
 pub struct Gone {
     watch: Watch,
-    readable: Option<spindle::io::Readiness>,
     watching: bool,
+    /// The waker a pending peek left with the connection, withdrawn when
+    /// the watch is dropped.
+    registered: Option<std::task::Waker>,
 }
 
 enum Look {
@@ -155,30 +159,40 @@ impl Future for Gone {
             Watch::Http1(conn) => conn.clone(),
             Watch::Http2(stream) => return reset(stream, cx),
         };
-        while self.watching {
-            match look(&conn) {
-                Look::Gone => return Poll::Ready(()),
-                Look::MoreBytes => {
-                    self.watching = false;
-                    self.readable = None;
+        if !self.watching {
+            return Poll::Pending;
+        }
+        let Some(conn) = conn.upgrade() else {
+            return Poll::Ready(()); // the connection itself is closed
+        };
+        // The peek waits on the connection's own registration: while its
+        // receive queue is known empty (the request was read to its end),
+        // a look costs no syscall.
+        match conn.tcp().poll_peek(cx, &mut [0u8; 1]) {
+            Poll::Pending => {
+                match &mut self.registered {
+                    Some(w) => w.clone_from(cx.waker()),
+                    none => *none = Some(cx.waker().clone()),
                 }
-                Look::Quiet => {
-                    let Some(conn) = conn.upgrade() else {
-                        return Poll::Ready(());
-                    };
-                    // Only after the peek found nothing (an EAGAIN), as
-                    // the netpoller's readiness wants.
-                    let fd = conn.tcp().as_raw_fd();
-                    let readable = self
-                        .readable
-                        .get_or_insert_with(|| spindle::io::readable(fd));
-                    match Pin::new(readable).poll(cx) {
-                        Poll::Ready(_) => self.readable = None, // look again
-                        Poll::Pending => return Poll::Pending,
-                    }
-                }
+                Poll::Pending
+            }
+            Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => Poll::Ready(()),
+            Poll::Ready(Ok(_)) => {
+                self.watching = false;
+                Poll::Pending
             }
         }
-        Poll::Pending
+    }
+}
+
+impl Drop for Gone {
+    fn drop(&mut self) {
+        // Left with the connection, the waker would have the next edge
+        // kept for it, and the connection's next read pay a `recv` for it.
+        if let (Some(waker), Watch::Http1(conn)) = (self.registered.take(), &self.watch) {
+            if let Some(conn) = conn.upgrade() {
+                conn.tcp().forget_read_waker(&waker);
+            }
+        }
     }
 }

@@ -806,3 +806,42 @@ fn a_handler_sees_its_client_leave_but_not_a_pipelined_request() {
     assert!(!rx.recv_timeout(Duration::from_secs(5)).unwrap());
     rt.shutdown();
 }
+
+/// A watch that gave up (its handler's patience ran out, the watch was
+/// dropped while waiting) leaves the keep-alive connection as it found
+/// it: the next request is read and answered, and a later watch on the
+/// same connection still sees the client leave.
+#[test]
+fn a_dropped_watch_leaves_the_connection_readable_and_watchable() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let addr = watching_server(&rt, tx);
+
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    for round in 0..3 {
+        s.write_all(b"GET /quick HTTP/1.1\r\nHost: a\r\n\r\n")
+            .unwrap();
+        let mut head = [0u8; 512];
+        let mut got = Vec::new();
+        while !String::from_utf8_lossy(&got).contains("stayed") {
+            let n = s.read(&mut head).unwrap();
+            assert!(n > 0, "round {round}: closed after {got:?}");
+            got.extend_from_slice(&head[..n]);
+        }
+        assert!(!rx.recv_timeout(Duration::from_secs(5)).unwrap());
+    }
+    // Same connection, a fourth request, then the client leaves: seen
+    // well before the handler's 5 s.
+    let started = Instant::now();
+    s.write_all(b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    drop(s);
+    assert!(
+        rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+        "not seen"
+    );
+    assert!(started.elapsed() < Duration::from_secs(3));
+    rt.shutdown();
+}

@@ -236,6 +236,15 @@ pub(crate) fn poll_fd(fd: RawFd, dir: u8, cx: &mut Context<'_>) -> Poll<io::Resu
     Poll::Pending
 }
 
+/// Withdraws `waker` from `fd`'s waiters in `dir`: a poll that answered
+/// `Pending` and whose caller stopped watching, so the next edge is not
+/// banked for nobody (a banked bit costs the next reader a syscall).
+pub(crate) fn forget_waker(fd: RawFd, dir: u8, waker: &Waker) {
+    if let Some(slot) = slot::slot(fd) {
+        slot.lock().remove_waker(dir, waker);
+    }
+}
+
 fn wait_fd_as(
     fd: RawFd,
     dir: u8,

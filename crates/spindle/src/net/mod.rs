@@ -255,6 +255,39 @@ impl<S: AsRawFd + IntoRawFd> Timed<S> {
         self.reading(probe).map(|_| ())
     }
 
+    /// A peek as a poll, for a watch on a stream that another fiber reads
+    /// (see `TcpStream::poll_peek`). When the receive queue is known empty
+    /// — the last stream read was short, or this poll's own `peek`
+    /// answered `WouldBlock` — it waits for the next edge without a
+    /// syscall; taking an edge clears the hint, so a drained read that
+    /// follows tries its `recv` instead of waiting for the edge taken here.
+    pub(crate) fn poll_peek_stream(
+        &self,
+        cx: &mut std::task::Context<'_>,
+        mut peek: impl FnMut(&S) -> io::Result<usize>,
+    ) -> std::task::Poll<io::Result<usize>> {
+        use std::task::Poll;
+        loop {
+            if !self.drained.load(Ordering::Relaxed) {
+                match peek(self.get()) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    done => return Poll::Ready(done),
+                }
+            }
+            match self.poll_ready(Dir::Read, cx) {
+                // Empty now, and the next byte raises an edge that is
+                // banked for whoever reads next, or delivered to `cx`.
+                Poll::Pending => {
+                    self.drained.store(true, Ordering::Relaxed);
+                    return Poll::Pending;
+                }
+                Poll::Ready(Ok(())) => self.drained.store(false, Ordering::Relaxed),
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+
     /// One read-side attempt that never waits (`WouldBlock` instead), for
     /// a poll-based caller that waits through [`poll_ready`](Self::poll_ready).
     /// A stream read's "drained" hint is dropped: this caller keeps its
@@ -277,6 +310,12 @@ impl<S: AsRawFd + IntoRawFd> Timed<S> {
             Dir::Write => WRITE,
         };
         crate::io::poll_fd(self.fd(), d, cx)
+    }
+
+    /// Withdraws a waker left by a pending [`poll_ready`](Self::poll_ready)
+    /// for reading (see `TcpStream::forget_read_waker`).
+    pub(crate) fn forget_read_waker(&self, waker: &std::task::Waker) {
+        crate::io::forget_waker(self.fd(), READ, waker);
     }
 
     /// Same for a write-side operation, under the write deadline.

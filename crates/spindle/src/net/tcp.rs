@@ -351,6 +351,53 @@ impl TcpStream {
         self.sock.get().peek(buf)
     }
 
+    /// Peeks as a poll: `Ready` with what [`peek`](Self::peek) would answer
+    /// once bytes, the peer's close or an error are there, else `cx`'s
+    /// waker is woken by the netpoller when they come. For a watch on a
+    /// connection that another fiber reads (has the client gone while its
+    /// request is handled?): while the receive queue is known empty — the
+    /// last read was short, or an earlier poll found nothing — a poll costs
+    /// no syscall at all.
+    ///
+    /// ```
+    /// use std::io::Write;
+    /// use std::task::Poll;
+    /// spindle::run(|| {
+    ///     let l = spindle::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    ///     let c = spindle::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    ///     let (mut s, _) = l.accept().unwrap();
+    ///     let mut probe = [0u8; 1];
+    ///     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    ///     assert!(c.poll_peek(&mut cx, &mut probe).is_pending());
+    ///     s.write_all(b"x").unwrap();
+    ///     let n = spindle::block_on(std::future::poll_fn(|cx| c.poll_peek(cx, &mut probe)));
+    ///     assert_eq!(n.unwrap(), 1);
+    /// });
+    /// ```
+    pub fn poll_peek(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        self.sock.poll_peek_stream(cx, |sock| sock.peek(buf))
+    }
+
+    /// Withdraws `waker`, left registered by a [`poll_peek`](Self::poll_peek)
+    /// or [`poll_read_ready`](Self::poll_read_ready) that answered
+    /// `Pending`, when its caller stops watching before the wake: the next
+    /// edge then goes to the socket's reader alone, instead of being kept
+    /// for a watch that is gone (which costs that reader one `recv` more).
+    ///
+    /// ```
+    /// spindle::run(|| {
+    ///     let l = spindle::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    ///     let c = spindle::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    ///     let waker = std::task::Waker::noop();
+    ///     let mut cx = std::task::Context::from_waker(waker);
+    ///     assert!(c.poll_peek(&mut cx, &mut [0u8; 1]).is_pending());
+    ///     c.forget_read_waker(waker); // the watch is over
+    /// });
+    /// ```
+    pub fn forget_read_waker(&self, waker: &std::task::Waker) {
+        self.sock.forget_read_waker(waker);
+    }
+
     /// Reads without waiting: `WouldBlock` when nothing has arrived. With
     /// [`poll_read_ready`](Self::poll_read_ready), for code that drives the
     /// socket from a `Future` (an `AsyncRead` adapter) rather than a fiber.
