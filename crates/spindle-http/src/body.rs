@@ -5,7 +5,9 @@ use crate::h1::decode::{Decoder, Source};
 use crate::h1::framing::BodyFraming;
 use crate::h2::recv::RecvBody;
 use std::io::{self, Read};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use spindle::sync::Mutex;
 
@@ -20,7 +22,9 @@ use crate::stream::Stream;
 /// A request's body reads from the connection as the handler asks for it
 /// (`Read`), de-chunking if needed and enforcing the size limit. A
 /// response's body is whole (`From<String>`, `From<Vec<u8>>`, …: sent with
-/// `Content-Length`) or a reader (`Body::from_reader`: sent chunked).
+/// `Content-Length`), a reader (`Body::from_reader`: sent chunked), or an
+/// [`http_body::Body`] (`Body::from_http_body`: sent with `Content-Length`
+/// when its size is known exactly, else chunked).
 ///
 /// ```
 /// use std::io::Read;
@@ -55,6 +59,8 @@ enum Kind {
     Trailing(Box<dyn Trailing>),
     /// Another body, each read reported to an observer.
     Observed(Box<Body>, Box<dyn FnMut(usize) + Send>),
+    /// An `http_body::Body`, polled for its frames.
+    Polled(Box<Polled>),
 }
 
 impl Body {
@@ -66,6 +72,60 @@ impl Body {
     /// A body streamed from `reader`, sent with chunked encoding.
     pub fn from_reader(reader: impl Read + Send + 'static) -> Body {
         Body::of(Kind::Reader(Box::new(reader)))
+    }
+
+    /// A body read from `body`'s frames: its data, then its trailers. A
+    /// server sends it with `Content-Length` when the body's size hint is
+    /// exact (and then without trailers, which only the chunked coding
+    /// carries), else chunked; the response head goes out with the first
+    /// data that is ready, or alone as soon as the body has none ready. A
+    /// body that ends short of its exact size, fails or panics cuts the
+    /// response off, and one that runs past its size is cut at it: the
+    /// connection closes, so the client sees a truncated message rather
+    /// than a wrong one. Over HTTP/2 the exact size becomes the
+    /// `content-length` field unless the response has one.
+    ///
+    /// ```
+    /// use std::io::Read;
+    /// use spindle_http::http_body::{Body as _, Frame, SizeHint};
+    /// use std::pin::Pin;
+    /// use std::task::{Context, Poll};
+    ///
+    /// /// "hello", then trailers, one frame per poll.
+    /// struct Hello(u8);
+    /// impl spindle_http::http_body::Body for Hello {
+    ///     type Data = bytes::Bytes;
+    ///     type Error = std::io::Error;
+    ///     fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>)
+    ///         -> Poll<Option<Result<Frame<bytes::Bytes>, std::io::Error>>> {
+    ///         self.0 += 1;
+    ///         Poll::Ready(match self.0 {
+    ///             1 => Some(Ok(Frame::data(bytes::Bytes::from_static(b"hello")))),
+    ///             2 => Some(Ok(Frame::trailers(http::HeaderMap::new()))),
+    ///             _ => None,
+    ///         })
+    ///     }
+    ///     fn size_hint(&self) -> SizeHint { SizeHint::with_exact(5) }
+    /// }
+    ///
+    /// let mut body = spindle_http::Body::from_http_body(Hello(0));
+    /// let mut s = String::new();
+    /// body.read_to_string(&mut s).unwrap();
+    /// assert_eq!(s, "hello");
+    /// assert!(body.trailers().unwrap().is_some());
+    /// ```
+    pub fn from_http_body<B>(body: B) -> Body
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        Body::of(Kind::Polled(Box::new(Polled {
+            body: Box::pin(body),
+            rest: Bytes::new(),
+            trailers: TrailerSlot::default(),
+            done: false,
+            observe: None,
+        })))
     }
 
     fn of(kind: Kind) -> Body {
@@ -109,6 +169,8 @@ impl Body {
         }
         match &mut self.kind {
             Kind::Full(_) | Kind::Reader(_) => Ok(None),
+            Kind::Polled(p) if p.done => Ok(p.take_trailers()),
+            Kind::Polled(_) => Ok(None),
             Kind::Observed(inner, _) => inner.trailers(),
             Kind::Incoming(i) => Ok(i.lock().take_trailers()),
             Kind::H2(r) if r.is_end() => r.trailers(),
@@ -121,6 +183,8 @@ impl Body {
     pub(crate) fn has_trailers(&self) -> bool {
         match &self.kind {
             Kind::Observed(inner, _) => self.trailers.is_some() || inner.has_trailers(),
+            // Known only at its end.
+            Kind::Polled(_) => true,
             _ => self.trailers.is_some(),
         }
     }
@@ -129,6 +193,13 @@ impl Body {
     pub(crate) fn take_trailers_fn(&mut self) -> Option<TrailersFn> {
         match &mut self.kind {
             Kind::Observed(inner, _) if self.trailers.is_none() => inner.take_trailers_fn(),
+            // Asked for once the body was sent: what its last frame held.
+            Kind::Polled(p) if self.trailers.is_none() => {
+                let slot = p.trailers.clone();
+                Some(Box::new(move || {
+                    slot.lock().unwrap_or_else(|e| e.into_inner()).take()
+                }))
+            }
             _ => self.trailers.take(),
         }
     }
@@ -148,9 +219,25 @@ impl Body {
     /// body.read_to_end(&mut Vec::new()).unwrap();
     /// assert_eq!(seen.load(Ordering::Relaxed), 5);
     /// ```
-    pub fn observe(self, observe: impl FnMut(usize) + Send + 'static) -> Body {
-        if matches!(self.kind, Kind::Full(_)) {
-            return self;
+    pub fn observe(mut self, observe: impl FnMut(usize) + Send + 'static) -> Body {
+        match &mut self.kind {
+            Kind::Full(_) => return self,
+            // Still polled, so still framed by its size (counted as its
+            // frames come).
+            Kind::Polled(p) => {
+                p.observe = Some(match p.observe.take() {
+                    None => Box::new(observe),
+                    Some(mut before) => {
+                        let mut observe = observe;
+                        Box::new(move |n| {
+                            before(n);
+                            observe(n);
+                        })
+                    }
+                });
+                return self;
+            }
+            _ => {}
         }
         Body::of(Kind::Observed(Box::new(self), Box::new(observe)))
     }
@@ -165,6 +252,16 @@ impl Body {
 
     pub(crate) fn incoming(i: Arc<Mutex<Incoming>>) -> Body {
         Body::of(Kind::Incoming(i))
+    }
+
+    /// The body's size when it is known before it is sent: in memory, or
+    /// polled with an exact size hint.
+    pub(crate) fn exact_len(&self) -> Option<u64> {
+        match &self.kind {
+            Kind::Full(b) => Some(b.len() as u64),
+            Kind::Polled(p) => p.exact_len(),
+            _ => None,
+        }
     }
 
     /// The whole body, if it is already in memory.
@@ -190,6 +287,7 @@ impl Body {
             Kind::Incoming(i) => i.lock().is_done(),
             Kind::H2(r) => r.is_end(),
             Kind::Trailing(_) => false,
+            Kind::Polled(p) => p.rest.is_empty() && (p.done || p.body.is_end_stream()),
             Kind::Observed(inner, _) => inner.is_end(),
         }
     }
@@ -202,11 +300,22 @@ impl Body {
     }
 
     pub(crate) fn into_kind(self) -> Result<Bytes, Box<dyn Read + Send>> {
+        match self.into_outgoing() {
+            Outgoing::Full(b) => Ok(b),
+            Outgoing::Reader(r) => Err(r),
+            Outgoing::Polled(p) => Err(p),
+        }
+    }
+
+    /// How the body is sent: in hand, read, or polled. Its trailers are
+    /// taken out before (`take_trailers_fn`).
+    pub(crate) fn into_outgoing(self) -> Outgoing {
         match self.kind {
-            Kind::Full(b) => Ok(b),
-            Kind::Reader(r) => Err(r),
+            Kind::Full(b) => Outgoing::Full(b),
+            Kind::Reader(r) => Outgoing::Reader(r),
+            Kind::Polled(p) => Outgoing::Polled(p),
             kind @ (Kind::Incoming(_) | Kind::H2(_) | Kind::Trailing(_) | Kind::Observed(..)) => {
-                Err(Box::new(Body::of(kind)))
+                Outgoing::Reader(Box::new(Body::of(kind)))
             }
         }
     }
@@ -225,6 +334,7 @@ impl Read for Body {
             Kind::Incoming(i) => i.lock().read(buf),
             Kind::H2(r) => r.read(buf),
             Kind::Trailing(t) => t.read(buf),
+            Kind::Polled(p) => p.read(buf),
             Kind::Observed(inner, observe) => {
                 let n = inner.read(buf)?;
                 observe(n);
@@ -244,7 +354,7 @@ impl std::fmt::Debug for Body {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.kind {
             Kind::Full(b) => write!(f, "Body({} bytes)", b.len()),
-            Kind::Reader(_) => f.write_str("Body(stream)"),
+            Kind::Reader(_) | Kind::Polled(_) => f.write_str("Body(stream)"),
             Kind::Incoming(_) | Kind::H2(_) | Kind::Trailing(_) => f.write_str("Body(incoming)"),
             Kind::Observed(inner, _) => write!(f, "Observed({inner:?})"),
         }
@@ -261,6 +371,152 @@ macro_rules! from_full {
     )*};
 }
 from_full!(Vec<u8>, String, &'static str, &'static [u8], Bytes);
+
+/// The error type of a body given to [`Body::from_http_body`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A body as it is sent: in hand, read, or polled.
+pub(crate) enum Outgoing {
+    Full(Bytes),
+    Reader(Box<dyn Read + Send>),
+    Polled(Box<Polled>),
+}
+
+/// Where a polled body's trailers are kept once its last frame is seen,
+/// for the sender that asks after the data.
+type TrailerSlot = Arc<std::sync::Mutex<Option<HeaderMap>>>;
+
+/// An `http_body::Body` behind one error type, so it can be boxed.
+trait Frames: Send {
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>>;
+    fn size_hint(&self) -> http_body::SizeHint;
+    fn is_end_stream(&self) -> bool;
+}
+
+impl<B> Frames for B
+where
+    B: http_body::Body<Data = Bytes> + Send,
+    B::Error: Into<BoxError>,
+{
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        http_body::Body::poll_frame(self, cx).map(|f| f.map(|r| r.map_err(Into::into)))
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::Body::size_hint(self)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        http_body::Body::is_end_stream(self)
+    }
+}
+
+/// A polled body (`Body::from_http_body`): its frames' data in order,
+/// its trailers kept aside.
+pub(crate) struct Polled {
+    body: Pin<Box<dyn Frames>>,
+    /// The part of a data frame a read did not take.
+    rest: Bytes,
+    trailers: TrailerSlot,
+    done: bool,
+    /// Told the size of each piece of data as it comes (`Body::observe`).
+    observe: Option<Box<dyn FnMut(usize) + Send>>,
+}
+
+impl Polled {
+    fn take_trailers(&self) -> Option<HeaderMap> {
+        self.trailers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    /// The body's size, when its hint is exact.
+    pub(crate) fn exact_len(&self) -> Option<u64> {
+        self.body.size_hint().exact()
+    }
+
+    /// The next data, without waiting when `cx`'s waker is a no-op:
+    /// `Ok(None)` at the end (trailers kept in their slot; empty data
+    /// frames skipped).
+    pub(crate) fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<Bytes>>> {
+        if !self.rest.is_empty() {
+            return Poll::Ready(Ok(Some(std::mem::take(&mut self.rest))));
+        }
+        loop {
+            if self.done {
+                return Poll::Ready(Ok(None));
+            }
+            // A body that panics fails like one that errs: its response is
+            // cut off, what the connection owes before it still goes out.
+            let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.body.as_mut().poll_frame(cx)
+            }));
+            let polled = match polled {
+                Ok(polled) => polled,
+                Err(p) if p.is::<spindle::Cancelled>() => std::panic::resume_unwind(p),
+                Err(_) => {
+                    self.done = true;
+                    return Poll::Ready(Err(io::Error::other("the response body panicked")));
+                }
+            };
+            match polled {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => self.done = true,
+                Poll::Ready(Some(Err(e))) => {
+                    self.done = true;
+                    return Poll::Ready(Err(io::Error::other(e)));
+                }
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) if data.is_empty() => {}
+                    Ok(data) => {
+                        if let Some(observe) = &mut self.observe {
+                            observe(data.len());
+                        }
+                        return Poll::Ready(Ok(Some(data)));
+                    }
+                    Err(frame) => {
+                        if let Ok(fields) = frame.into_trailers() {
+                            *self.trailers.lock().unwrap_or_else(|e| e.into_inner()) = Some(fields);
+                        }
+                    }
+                },
+            }
+        }
+    }
+
+    /// The next data, parking the fiber (or blocking the thread) while the
+    /// body has none ready.
+    pub(crate) fn next_data(&mut self) -> io::Result<Option<Bytes>> {
+        let ready = self.poll_data(&mut Context::from_waker(std::task::Waker::noop()));
+        match ready {
+            Poll::Ready(r) => r,
+            Poll::Pending => spindle::block_on(std::future::poll_fn(|cx| self.poll_data(cx))),
+        }
+    }
+}
+
+impl Read for Polled {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let Some(mut data) = self.next_data()? else {
+            return Ok(0);
+        };
+        let n = data.len().min(buf.len());
+        buf[..n].copy_from_slice(&data[..n]);
+        data.advance(n);
+        self.rest = data;
+        Ok(n)
+    }
+}
 
 /// The body of the request being handled: bytes already read past the
 /// head, then the connection, read by the decoder both roles share
@@ -449,6 +705,85 @@ pub(crate) fn write_chunked(
             .map_err(ChunkedError::Write)?;
         if n == room && room < MOST {
             buf.resize((room * 2).min(MOST) + framing, 0);
+        }
+    }
+}
+
+/// Past this many pending bytes a polled body's data is written out
+/// before more is taken (the connection batches smaller responses).
+const FLUSH_AT: usize = 32 * 1024;
+
+/// Sends a polled body framed as `framing` after its head, already in
+/// `out` (the connection's pending bytes): each piece of data the body
+/// has ready is appended, and `out` goes to the connection with `flush`
+/// only when the body has nothing ready or `out` is large, so a body
+/// ready with its head leaves in one write with it, and a body still
+/// being made gets its head out before the wait (what hyper does).
+///
+/// `Length(n)`: exactly `n` bytes, or an error — more is not sent, and
+/// either way the caller closes the connection so the client sees a cut
+/// message, not a wrong one; trailers are dropped. `Chunked`: a chunk per
+/// piece, then the last chunk with the trailers. `Close`: the data as it
+/// is (the connection's end ends it).
+pub(crate) fn write_polled(
+    polled: &mut Polled,
+    framing: crate::h1::encode::ResponseFraming,
+    trailers: Option<TrailersFn>,
+    out: &mut Vec<u8>,
+    flush: &mut dyn FnMut(&mut Vec<u8>) -> io::Result<()>,
+) -> io::Result<()> {
+    use crate::h1::encode::{self, ResponseFraming};
+    let mut sent: u64 = 0;
+    let result = loop {
+        let ready = polled.poll_data(&mut Context::from_waker(std::task::Waker::noop()));
+        let next = match ready {
+            Poll::Ready(next) => next,
+            Poll::Pending => match flush(out) {
+                Ok(()) => spindle::block_on(std::future::poll_fn(|cx| polled.poll_data(cx))),
+                Err(e) => return Err(e),
+            },
+        };
+        let data = match next {
+            Ok(Some(data)) => data,
+            Ok(None) => break Ok(()),
+            Err(e) => break Err(e),
+        };
+        sent += data.len() as u64;
+        match framing {
+            ResponseFraming::Length(n) if sent > n => {
+                break Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("response body longer than its declared {n} bytes"),
+                ));
+            }
+            ResponseFraming::Chunked => encode::chunk(out, &data),
+            _ => out.extend_from_slice(&data),
+        }
+        if out.len() >= FLUSH_AT {
+            flush(out)?;
+        }
+    };
+    match (result, framing) {
+        (Ok(()), ResponseFraming::Length(n)) if sent < n => {
+            let _ = flush(out);
+            Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("response body ended after {sent} of its declared {n} bytes"),
+            ))
+        }
+        (Ok(()), ResponseFraming::Chunked) => {
+            let trailers = trailers.and_then(|make| make());
+            encode::last_chunk(out, trailers.as_ref());
+            if out.len() >= FLUSH_AT {
+                flush(out)?;
+            }
+            Ok(())
+        }
+        (Ok(()), _) => Ok(()),
+        (Err(e), _) => {
+            // What is pending (earlier answers, this one's start) still goes.
+            let _ = flush(out);
+            Err(e)
         }
     }
 }

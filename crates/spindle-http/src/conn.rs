@@ -25,7 +25,7 @@ use std::time::Duration;
 use http::{Method, Request, Response, StatusCode, Version};
 use spindle::net::TcpStream;
 
-use crate::body::{write_chunked, Body, ChunkedError, Incoming};
+use crate::body::{write_chunked, write_polled, Body, ChunkedError, Incoming, Outgoing};
 use crate::config::ServerConfig;
 use crate::h1::encode::{self, ResponseFraming};
 use crate::h1::framing::BodyFraming;
@@ -422,9 +422,9 @@ impl Conn {
             }
             return Ok(());
         }
-        match body.into_kind() {
+        match body.into_outgoing() {
             // Trailers need the chunked coding, even after a body in hand.
-            Ok(full) if trailers.is_some() && version != Version::HTTP_10 => {
+            Outgoing::Full(full) if trailers.is_some() && version != Version::HTTP_10 => {
                 head(out, ResponseFraming::Chunked);
                 if !is_head {
                     write_full_chunked(out, &full, trailers);
@@ -434,7 +434,7 @@ impl Conn {
                 }
                 Ok(())
             }
-            Ok(full) => {
+            Outgoing::Full(full) => {
                 head(out, ResponseFraming::Length(full.len() as u64));
                 if !is_head {
                     out.extend_from_slice(&full);
@@ -445,7 +445,38 @@ impl Conn {
                 }
                 Ok(())
             }
-            Err(mut reader) => {
+            Outgoing::Polled(mut polled) => {
+                let framing = if version == Version::HTTP_10 {
+                    ResponseFraming::Close
+                } else {
+                    polled
+                        .exact_len()
+                        .map_or(ResponseFraming::Chunked, ResponseFraming::Length)
+                };
+                head(out, framing);
+                if is_head {
+                    return match framing {
+                        ResponseFraming::Close => {
+                            flush_to(conn, out)?;
+                            Err(io::Error::other("HTTP/1.0 stream ends with the connection"))
+                        }
+                        _ => Ok(()),
+                    };
+                }
+                write_polled(
+                    &mut polled,
+                    framing,
+                    trailers,
+                    out,
+                    &mut |out: &mut Vec<u8>| flush_to(conn, out),
+                )?;
+                if framing == ResponseFraming::Close {
+                    flush_to(conn, out)?;
+                    return Err(io::Error::other("HTTP/1.0 stream ends with the connection"));
+                }
+                Ok(())
+            }
+            Outgoing::Reader(mut reader) => {
                 let mut c = conn;
                 if version == Version::HTTP_10 {
                     // No chunked encoding in 1.0: stream and close.
@@ -471,9 +502,7 @@ impl Conn {
 #[inline(never)]
 fn write_full_chunked(out: &mut Vec<u8>, full: &[u8], trailers: Option<crate::body::TrailersFn>) {
     if !full.is_empty() {
-        out.extend_from_slice(format!("{:x}\r\n", full.len()).as_bytes());
-        out.extend_from_slice(full);
-        out.extend_from_slice(b"\r\n");
+        encode::chunk(out, full);
     }
     let trailers = trailers.and_then(|make| make());
     encode::last_chunk(out, trailers.as_ref());

@@ -55,10 +55,11 @@ mod serving;
 mod stream;
 pub mod tls;
 
-pub use body::Body;
+pub use body::{Body, BoxError};
 pub use client::Client;
 pub use config::ServerConfig;
 pub use error::{Error, ErrorKind};
 pub use gone::{ClientGone, Gone};
 pub use http::{self, Request, Response, StatusCode};
+pub use http_body;
 pub use server::{Server, ServerHandle};

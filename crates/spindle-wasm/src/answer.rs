@@ -293,27 +293,122 @@ pub(crate) struct StreamingBody<B, W> {
     pending: Bytes,
     done: bool,
     trailers: Trailers,
+    /// The guest's `Content-Length`, when it gave a valid one.
+    length: Option<u64>,
 }
 
 impl<B, W> StreamingBody<B, W>
 where
     B: http_body::Body<Data = Bytes> + Unpin + Send + 'static,
     B::Error: std::fmt::Debug,
-    W: Writer + Send + 'static,
+    W: Writer + Unpin + Send + 'static,
 {
     /// The rest of `body`, after `taken` (what [`take_ready`] took, with
     /// the trailers it saw), as the response's body: read on as the
     /// connection sends it, then its trailers.
-    pub(crate) fn body(body: B, writer: W, taken: Bytes, trailers: Trailers) -> Body {
-        let sent = trailers.clone();
-        Body::from_reader(StreamingBody {
+    ///
+    /// A writer on another fiber (WASI 0.3's instance loop) is polled by
+    /// the connection: sent with the guest's `Content-Length` (`headers`)
+    /// when it declared one, and the head goes out together with the
+    /// first piece when that is ready. A writer that runs the guest under
+    /// the reader (WASI 0.2) is read inside `spindle::block_on` only, so
+    /// it stays a reader, sent chunked.
+    pub(crate) fn body(
+        body: B,
+        writer: W,
+        taken: Bytes,
+        trailers: Trailers,
+        headers: &http::HeaderMap,
+    ) -> Body {
+        let mut streaming = StreamingBody {
             body,
             writer,
             pending: taken,
             done: false,
             trailers,
-        })
-        .with_trailers(move || sent.lock().unwrap_or_else(|e| e.into_inner()).take())
+            length: None,
+        };
+        if W::DRIVES_GUEST {
+            let sent = streaming.trailers.clone();
+            return Body::from_reader(streaming)
+                .with_trailers(move || sent.lock().unwrap_or_else(|e| e.into_inner()).take());
+        }
+        streaming.length = declared_length(headers);
+        Body::from_http_body(streaming)
+    }
+
+    /// The next piece, waiting for it: `Ok(None)` at the end.
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<Bytes>>> {
+        loop {
+            if !self.pending.is_empty() {
+                return Poll::Ready(Ok(Some(std::mem::take(&mut self.pending))));
+            }
+            if self.done {
+                return Poll::Ready(Ok(None));
+            }
+            let (body, writer, trailers) = (&mut self.body, &mut self.writer, &self.trailers);
+            match poll_piece(body, writer, trailers, cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(Some(data))) => self.pending = data,
+                Poll::Ready(Ok(None)) => self.done = true,
+                Poll::Ready(Err(why)) => {
+                    self.writer.failed(&why);
+                    return Poll::Ready(Err(io::Error::other(why)));
+                }
+            }
+        }
+    }
+}
+
+/// A single valid `Content-Length` among `headers` (RFC 9110 §8.6).
+fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
+    let mut values = headers.get_all(http::header::CONTENT_LENGTH).iter();
+    let first = values.next()?;
+    if values.next().is_some() {
+        return None;
+    }
+    let text = first.to_str().ok()?;
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
+/// Polled by the connection (WASI 0.3): its data, then its trailers.
+impl<B, W> http_body::Body for StreamingBody<B, W>
+where
+    B: http_body::Body<Data = Bytes> + Unpin + Send + 'static,
+    B::Error: std::fmt::Debug,
+    W: Writer + Unpin + Send + 'static,
+{
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        let this = self.get_mut();
+        match this.poll_next(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(Some(data))) => Poll::Ready(Some(Ok(Frame::data(data)))),
+            Poll::Ready(Ok(None)) => {
+                let fields = this
+                    .trailers
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take();
+                Poll::Ready(fields.map(|f| Ok(Frame::trailers(f))))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e))),
+        }
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        match self.length {
+            Some(n) => http_body::SizeHint::with_exact(n),
+            None => http_body::SizeHint::default(),
+        }
     }
 }
 
@@ -336,35 +431,115 @@ pub(crate) fn whole(taken: Bytes, trailers: &Trailers) -> Body {
     }
 }
 
+/// Read by the connection (WASI 0.2), each read under `spindle::block_on`.
 impl<B, W> Read for StreamingBody<B, W>
 where
-    B: http_body::Body<Data = Bytes> + Unpin,
+    B: http_body::Body<Data = Bytes> + Unpin + Send + 'static,
     B::Error: std::fmt::Debug,
-    W: Writer,
+    W: Writer + Unpin + Send + 'static,
 {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        loop {
-            if !self.pending.is_empty() {
-                let n = self.pending.len().min(buf.len());
-                buf[..n].copy_from_slice(&self.pending[..n]);
-                self.pending.advance(n);
-                return Ok(n);
-            }
-            if self.done {
-                return Ok(0);
-            }
-            let (body, writer, trailers) = (&mut self.body, &mut self.writer, &self.trailers);
-            let next = spindle::block_on(std::future::poll_fn(|cx| {
-                poll_piece(body, writer, trailers, cx)
-            }));
-            match next {
-                Ok(Some(data)) => self.pending = data,
-                Ok(None) => self.done = true,
-                Err(why) => {
-                    self.writer.failed(&why);
-                    return Err(io::Error::other(why));
-                }
+        if self.pending.is_empty() {
+            match spindle::block_on(std::future::poll_fn(|cx| self.poll_next(cx)))? {
+                Some(data) => self.pending = data,
+                None => return Ok(0),
             }
         }
+        let n = self.pending.len().min(buf.len());
+        buf[..n].copy_from_slice(&self.pending[..n]);
+        self.pending.advance(n);
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::time::Duration;
+
+    #[test]
+    fn a_declared_length_is_one_value_of_digits() {
+        let of = |values: &[&str]| {
+            let mut h = http::HeaderMap::new();
+            for v in values {
+                h.append(http::header::CONTENT_LENGTH, v.parse().unwrap());
+            }
+            declared_length(&h)
+        };
+        assert_eq!(of(&["13"]), Some(13));
+        assert_eq!(of(&["0"]), Some(0));
+        assert_eq!(of(&[]), None);
+        assert_eq!(of(&["13", "13"]), None);
+        assert_eq!(of(&["+13"]), None);
+        assert_eq!(of(&["1 3"]), None);
+        assert_eq!(of(&[""]), None);
+        assert_eq!(of(&["99999999999999999999999"]), None);
+    }
+
+    /// A writer on another fiber, as WASI 0.3's instance loop is.
+    struct Elsewhere;
+
+    impl Writer for Elsewhere {
+        const DRIVES_GUEST: bool = false;
+        fn drive(&mut self, _cx: &mut Context<'_>) {}
+        fn poll_stalled(&mut self, _cx: &mut Context<'_>) -> Poll<String> {
+            Poll::Pending
+        }
+        fn failed(&mut self, _why: &str) {}
+    }
+
+    /// A body the guest still writes, with its `Content-Length`: sent with
+    /// it, the head first while the rest is awaited, then the rest when it
+    /// comes (from another thread, as the instance's fiber may run there).
+    #[test]
+    fn a_streamed_guest_body_keeps_its_content_length() {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, String>>(4);
+        let rx = std::sync::Mutex::new(Some(rx));
+        let rt = spindle::Runtime::builder().workers(1).build().unwrap();
+        let addr = rt.run(move || {
+            let server = spindle_http::Server::bind("127.0.0.1:0").unwrap();
+            let addr = server.local_addr().unwrap();
+            spindle::spawn(move || {
+                server.serve(move |_req| {
+                    let rx = rx.lock().unwrap().take().expect("one request");
+                    let mut headers = http::HeaderMap::new();
+                    headers.insert(http::header::CONTENT_LENGTH, "11".parse().unwrap());
+                    let body = StreamingBody::body(
+                        PumpedBody { rx },
+                        Elsewhere,
+                        Bytes::from_static(b"hello "),
+                        Trailers::default(),
+                        &headers,
+                    );
+                    let mut r = Response::new(body);
+                    *r.headers_mut() = headers;
+                    r
+                })
+            });
+            addr
+        });
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        // The head and what was taken, before the rest is written.
+        let mut seen = Vec::new();
+        let mut byte = [0u8; 1];
+        while !seen.ends_with(b"hello ") {
+            assert_eq!(s.read(&mut byte).unwrap(), 1, "closed early: {seen:?}");
+            seen.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&seen).into_owned();
+        assert!(head.contains("content-length: 11\r\n"), "{head}");
+        assert!(!head.contains("transfer-encoding"), "{head}");
+        let writer = std::thread::spawn(move || {
+            tx.blocking_send(Ok(Frame::data(Bytes::from_static(b"world"))))
+                .unwrap();
+        });
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest).unwrap();
+        assert_eq!(rest, b"world");
+        writer.join().unwrap();
     }
 }

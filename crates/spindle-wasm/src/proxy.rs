@@ -312,7 +312,7 @@ pub(crate) fn handle(proxy: &Arc<ProxyHost>, req: Request<Body>) -> Response<Bod
             exchange.finish();
             whole(taken, &trailers)
         }
-        Ok(false) => StreamingBody::body(body, exchange, taken, trailers),
+        Ok(false) => StreamingBody::body(body, exchange, taken, trailers, &parts.headers),
         Err(why) => {
             exchange.fail(why);
             return failure(exchange.outcome);

@@ -126,8 +126,8 @@ pub(crate) fn request_head(
 }
 
 /// One chunk of a chunked body (`data` must not be empty: that is the
-/// last chunk, [`LAST_CHUNK`]).
-#[cfg(test)] // the reference the in-place framing is tested against
+/// last chunk, [`LAST_CHUNK`]). Also the reference the in-place framing
+/// is tested against.
 pub(crate) fn chunk(out: &mut Vec<u8>, data: &[u8]) {
     debug_assert!(!data.is_empty());
     push_hex(out, data.len() as u64);
@@ -208,7 +208,6 @@ fn content_length(out: &mut Vec<u8>, mut n: u64) {
     out.extend_from_slice(&line[at..]);
 }
 
-#[cfg(test)]
 fn push_hex(out: &mut Vec<u8>, mut n: u64) {
     let mut digits = [0u8; 16];
     let mut at = digits.len();

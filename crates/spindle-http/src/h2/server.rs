@@ -361,7 +361,7 @@ fn send_response(
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED;
     let full = body.as_bytes().map(<[u8]>::len);
-    if let Some(len) = full {
+    if let Some(len) = full.map(|n| n as u64).or_else(|| body.exact_len()) {
         if !bodiless && !parts.headers.contains_key(header::CONTENT_LENGTH) {
             parts
                 .headers

@@ -234,7 +234,7 @@ fn finish(host: &HostInner, pending: Pending, answer: Waited) -> Response<Body> 
     let trailers = Trailers::default();
     let body = match take_ready(&mut body, &mut NoWriter, &trailers, TAKE_YIELDS) {
         (taken, Ok(true)) => whole(taken, &trailers),
-        (taken, Ok(false)) => streamed(body, taken, pending, trailers),
+        (taken, Ok(false)) => streamed(body, taken, pending, trailers, &parts.headers),
         (_, Err(why)) => {
             tracing::warn!(request = %pending.tag, "{why}");
             return plain(StatusCode::INTERNAL_SERVER_ERROR, "guest failed");
@@ -272,14 +272,20 @@ fn failed(host: &HostInner, pending: &Pending, failure: Waited) -> Response<Body
 /// The body of an answer the guest is still writing, read on as the
 /// connection sends it.
 #[inline(never)]
-fn streamed(body: WasiBody, taken: Bytes, pending: Pending, trailers: Trailers) -> Body {
+fn streamed(
+    body: WasiBody,
+    taken: Bytes,
+    pending: Pending,
+    trailers: Trailers,
+    headers: &http::HeaderMap,
+) -> Body {
     let writer = InstanceLoop {
         deadline: pending.deadline,
         expiry: None,
         tag: pending.tag.as_str().into(),
         _admission: pending.admission,
     };
-    StreamingBody::body(body, writer, taken, trailers)
+    StreamingBody::body(body, writer, taken, trailers, headers)
 }
 
 /// How often a response body with nothing yet is looked at again after a
