@@ -10,9 +10,9 @@
 //! no queue hop, no cross-thread wake. Fibers owned by other workers go to
 //! their inboxes and those workers are woken. Only one worker holds the lease;
 //! other idle workers sleep on their futex. Busy workers poll too, without
-//! blocking, on a cadence (at most every [`CADENCE`] of wall time, checked
-//! every 16 dispatches), so ready I/O enters the service order even while
-//! every worker is busy. A worker that leaves `epoll_wait` with work to do
+//! blocking, on a cadence (at most every [`CADENCE`] of wall time, 1 ms,
+//! checked every 16 dispatches), so ready I/O enters the service order even
+//! while every worker is busy, and arrives in batches when they are. A worker that leaves `epoll_wait` with work to do
 //! while others sleep wakes one of them to take over the lease.
 //!
 //! # Registration and readiness
@@ -59,8 +59,15 @@ use slot::{FdSlot, READ, WRITE};
 use sys::{Epoll, EventFd};
 use timer::{TimerHeap, TimerTarget};
 
-/// Busy workers poll at most this often.
-pub(crate) const CADENCE: Duration = Duration::from_micros(50);
+/// Busy workers poll at most this often. A worker with nothing to run
+/// polls at once (blocking), so this bounds only how long ready I/O waits
+/// while every worker is busy; between polls the readiness of many sockets
+/// gathers, and a poll reaps it as one batch whose responses go out
+/// together — as Go's scheduler, which polls when it runs out of work (its
+/// backstop is 10 ms). At 50 µs a saturated `spindle serve` polled every
+/// ~3 requests and each response woke the load generator on its own;
+/// `bench/RESULTS.md` has the A/B.
+pub(crate) const CADENCE: Duration = Duration::from_millis(1);
 
 /// Tag of the poller's own eventfd in epoll events.
 const WAKE_TAG: u64 = u64::MAX;
