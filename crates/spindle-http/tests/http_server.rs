@@ -1,6 +1,10 @@
 //! The HTTP/1.1 server against real peers: curl, Python's http.client, and
 //! raw sockets for malformed and smuggling requests.
 
+mod common;
+
+use common::{python, raw};
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
@@ -68,34 +72,12 @@ fn start(rt: &Runtime, config: ServerConfig) -> SocketAddr {
     })
 }
 
-fn raw(addr: SocketAddr, request: &[u8]) -> String {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(request).unwrap();
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 fn status_of(response: &str) -> u16 {
     response
         .split_whitespace()
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no status in {response:?}"))
-}
-
-fn python(script: &str) -> String {
-    let out = Command::new("python3")
-        .args(["-c", script])
-        .output()
-        .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "python failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[test]

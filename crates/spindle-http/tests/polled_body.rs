@@ -4,6 +4,10 @@
 //! the head out before a wait for data; bodies that lie about their size,
 //! fail or panic cut their own response off and nothing else.
 
+mod common;
+
+use common::{python, raw};
+
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -150,28 +154,6 @@ fn connect(addr: SocketAddr) -> TcpStream {
     let s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s
-}
-
-/// Everything the server sends until it closes.
-fn raw(addr: SocketAddr, request: &[u8]) -> String {
-    let mut s = connect(addr);
-    s.write_all(request).unwrap();
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn python(script: &str) -> String {
-    let out = Command::new("python3")
-        .args(["-c", script])
-        .output()
-        .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "python failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[test]
