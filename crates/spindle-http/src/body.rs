@@ -196,9 +196,7 @@ impl Body {
             // Asked for once the body was sent: what its last frame held.
             Kind::Polled(p) if self.trailers.is_none() => {
                 let slot = p.trailers.clone();
-                Some(Box::new(move || {
-                    slot.lock().unwrap_or_else(|e| e.into_inner()).take()
-                }))
+                Some(Box::new(move || take_kept(&slot)))
             }
             _ => self.trailers.take(),
         }
@@ -386,6 +384,11 @@ pub(crate) enum Outgoing {
 /// for the sender that asks after the data.
 type TrailerSlot = Arc<std::sync::Mutex<Option<HeaderMap>>>;
 
+/// The trailers kept in `slot`, taken out (once).
+fn take_kept(slot: &TrailerSlot) -> Option<HeaderMap> {
+    slot.lock().unwrap_or_else(|e| e.into_inner()).take()
+}
+
 /// An `http_body::Body` behind one error type, so it can be boxed.
 trait Frames: Send {
     fn poll_frame(
@@ -431,10 +434,7 @@ pub(crate) struct Polled {
 
 impl Polled {
     fn take_trailers(&self) -> Option<HeaderMap> {
-        self.trailers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
+        take_kept(&self.trailers)
     }
 
     /// The body's size, when its hint is exact.

@@ -458,7 +458,7 @@ impl Conn {
                     return match framing {
                         ResponseFraming::Close => {
                             flush_to(conn, out)?;
-                            Err(io::Error::other("HTTP/1.0 stream ends with the connection"))
+                            Err(ends_with_close())
                         }
                         _ => Ok(()),
                     };
@@ -472,7 +472,7 @@ impl Conn {
                 )?;
                 if framing == ResponseFraming::Close {
                     flush_to(conn, out)?;
-                    return Err(io::Error::other("HTTP/1.0 stream ends with the connection"));
+                    return Err(ends_with_close());
                 }
                 Ok(())
             }
@@ -485,7 +485,7 @@ impl Conn {
                     if !is_head {
                         io::copy(&mut reader, &mut c)?;
                     }
-                    return Err(io::Error::other("HTTP/1.0 stream ends with the connection"));
+                    return Err(ends_with_close());
                 }
                 head(out, ResponseFraming::Chunked);
                 flush_to(conn, out)?;
@@ -496,6 +496,12 @@ impl Conn {
             }
         }
     }
+}
+
+/// What a streamed HTTP/1.0 response returns once written: its end is the
+/// connection's, so the connection loop closes.
+fn ends_with_close() -> io::Error {
+    io::Error::other("HTTP/1.0 stream ends with the connection")
 }
 
 /// A body in hand as one chunk, then the last chunk with `trailers`.
