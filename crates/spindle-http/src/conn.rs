@@ -29,6 +29,7 @@ use crate::body::{write_chunked, write_polled, Body, ChunkedError, Incoming, Out
 use crate::config::ServerConfig;
 use crate::h1::encode::{self, ResponseFraming};
 use crate::h1::framing::BodyFraming;
+use crate::h1::header_maps;
 use crate::h1::request::{self, parse_request, KnownHost, Limits, RequestBody};
 use crate::read_buf::ReadBuf;
 use crate::serving::{Drain, Handler};
@@ -165,8 +166,10 @@ impl Conn {
                 return; // draining: no new request on an idle connection
             }
             // Filled in place: a request is large, and each move of it
-            // was a copy.
+            // was a copy. Into a spare map, the last response's (see
+            // `h1::header_maps`).
             let mut req = Request::new(Body::empty());
+            *req.headers_mut() = header_maps::take();
             let head = self.read_head(config, &mut req);
             if is_idle {
                 is_idle = false;
@@ -392,8 +395,23 @@ impl Conn {
         keep_alive: bool,
         tunnel: bool,
     ) -> io::Result<()> {
+        let (parts, body) = response.into_parts();
+        let written = self.write_parts(&parts, body, version, is_head, keep_alive, tunnel);
+        // Its map, emptied, is the next request's.
+        header_maps::give(parts.headers);
+        written
+    }
+
+    fn write_parts(
+        &mut self,
+        parts: &http::response::Parts,
+        mut body: Body,
+        version: Version,
+        is_head: bool,
+        keep_alive: bool,
+        tunnel: bool,
+    ) -> io::Result<()> {
         let (conn, out) = (&*self.stream, &mut self.out);
-        let (parts, mut body) = response.into_parts();
         let trailers = body.take_trailers_fn();
         let status = parts.status;
         // RFC 9110 §8.6 and §6.4.1: a 1xx or 204 response has no framing

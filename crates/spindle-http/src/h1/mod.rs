@@ -7,6 +7,8 @@
 //!   values, and which body a message has (RFC 9112 §6).
 //! * [`head_arena`]: where a parsed head's bytes live while its message
 //!   does: per-thread blocks, so a head costs no allocation of its own.
+//! * [`header_maps`]: spare header maps per thread, so a written
+//!   response's map is the next parsed message's.
 //! * [`encode`]: writing request and response heads and chunk framing,
 //!   with the framing headers always the encoder's own.
 //! * [`decode`]: reading a body by its framing, the one decoder of both
@@ -25,5 +27,6 @@ pub(crate) mod decode;
 pub(crate) mod encode;
 pub(crate) mod framing;
 pub(crate) mod head_arena;
+pub(crate) mod header_maps;
 pub(crate) mod request;
 pub(crate) mod response;

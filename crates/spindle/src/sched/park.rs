@@ -155,11 +155,11 @@ fn wait_with(
     if !shielded && header.cancelled.seen_after_publish() {
         token.wake(Wake::Cancelled, false);
     }
+    // Armed without asking the clock whether the deadline has passed
+    // already (a clock read per timed wait, nearly always "no"): a timer
+    // that is due fires at the loop's next look, before the next dispatch,
+    // and ends the wait with `TimedOut` just the same.
     let timed = match deadline {
-        Some(d) if d <= super::worker::now() => {
-            token.wake(Wake::TimedOut, false);
-            false
-        }
         Some(d) => {
             super::worker::arm_timer(d, crate::poll::timer::TimerTarget::Fiber(token.clone()));
             true
