@@ -101,9 +101,28 @@ impl WaitList {
         }
     }
 
-    /// Every waiter, in the order they came.
-    fn into_waiters(self) -> impl Iterator<Item = IoWaiter> {
-        self.first.into_iter().chain(self.rest)
+    /// Whether a future waits here (it looks at the banked bit on its next
+    /// poll, so an edge for it is banked as well as delivered).
+    fn has_waker(&self) -> bool {
+        matches!(self.first, Some(IoWaiter::Waker(_)))
+            || self.rest.iter().any(|x| matches!(x, IoWaiter::Waker(_)))
+    }
+
+    /// Wakes every waiter, in the order they came. Written out rather than
+    /// as a chain of iterators: this runs for every readiness event, and the
+    /// adapters cost more than the wake of the one waiter there usually is.
+    #[inline]
+    fn wake_all(self, why: Wake) {
+        let WaitList { first, rest } = self;
+        let Some(first) = first else {
+            return; // `rest` is empty when `first` is (the invariant)
+        };
+        first.wake(why);
+        if !rest.is_empty() {
+            for waiter in rest {
+                waiter.wake(why);
+            }
+        }
     }
 }
 
@@ -121,6 +140,22 @@ impl Waiters {
         } else {
             &mut self.write
         }
+    }
+
+    /// An edge for `dir` if `dirs` has one: takes the waiters to wake, and
+    /// banks the edge when none is a fiber that will see it by being woken
+    /// (nobody waits, or a future does — it looks at the bit).
+    fn take_for_edge(&mut self, dirs: u8, dir: u8) -> WaitList {
+        if dirs & dir == 0 {
+            return WaitList::default();
+        }
+        let list = self.list(dir);
+        let bank = list.is_empty() || list.has_waker();
+        let taken = std::mem::take(list);
+        if bank {
+            self.bits |= dir;
+        }
+        taken
     }
 
     /// Consumes a banked edge for `dir`, if there is one.
@@ -188,31 +223,18 @@ impl FdSlot {
     /// direction, or banks the edge when there are none.
     pub(crate) fn deliver(&self, generation: u32, dirs: u8) {
         // Usually one waiter per direction, so usually nothing allocated.
-        let mut woken: [WaitList; 2] = Default::default();
-        {
+        let (read, write) = {
             let mut w = self.lock();
             if self.generation.load(Ordering::Acquire) != generation {
                 return; // an event for an fd closed meanwhile
             }
-            for dir in [READ, WRITE] {
-                if dirs & dir == 0 {
-                    continue;
-                }
-                let list = w.list(dir);
-                // A fiber's wait returns `Ready` when woken; a future looks
-                // at the bit on its next poll, so for it the edge is banked
-                // as well as delivered.
-                let bank = list.is_empty() || list.iter().any(|x| matches!(x, IoWaiter::Waker(_)));
-                woken[(dir == WRITE) as usize] = std::mem::take(list);
-                if bank {
-                    w.bits |= dir;
-                }
-            }
+            let read = w.take_for_edge(dirs, READ);
+            let write = w.take_for_edge(dirs, WRITE);
             w.bits |= dirs & READ_CLOSED;
-        }
-        for waiter in woken.into_iter().flat_map(WaitList::into_waiters) {
-            waiter.wake(Wake::Ready);
-        }
+            (read, write)
+        };
+        read.wake_all(Wake::Ready);
+        write.wake_all(Wake::Ready);
     }
 
     /// The fd is being closed: wake everyone with `Closed`, reset the slot.
@@ -224,9 +246,8 @@ impl FdSlot {
             w.bits = 0;
             (std::mem::take(&mut w.read), std::mem::take(&mut w.write))
         };
-        for waiter in read.into_waiters().chain(write.into_waiters()) {
-            waiter.wake(Wake::Closed);
-        }
+        read.wake_all(Wake::Closed);
+        write.wake_all(Wake::Closed);
     }
 }
 

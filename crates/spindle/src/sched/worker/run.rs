@@ -244,8 +244,14 @@ impl Worker {
     /// ahead of every fiber queued after its deadline — a 10 ms sleep among
     /// yielders waits for the fiber running at its deadline, not for a pass.
     pub(super) fn fire_timers(&self, now: Instant) -> usize {
-        if self.state.with(|s| s.timers.is_empty()) {
-            return 0;
+        // The common case, at every dispatch: something armed, nothing due.
+        match self.state.with(|s| s.timers.next_deadline()) {
+            None => return 0,
+            Some(earliest) if earliest > now => {
+                self.timer_sample.set((now, self.sched.current_stamp()));
+                return 0;
+            }
+            Some(_) => {}
         }
         let (sampled_at, sampled_stamp) = self.timer_sample.get();
         let head = self.with_local(|local| local.head_stamp());
