@@ -827,3 +827,84 @@ fn a_dropped_watch_leaves_the_connection_readable_and_watchable() {
     assert!(started.elapsed() < Duration::from_secs(3));
     rt.shutdown();
 }
+
+/// A written response's header map, emptied, is reused for a later
+/// request (a per-thread spare): no request may ever see a field of an
+/// earlier response, on its own connection or another, whatever size the
+/// response's map grew to.
+#[test]
+fn a_request_never_sees_the_fields_of_an_earlier_response() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let addr = rt.run(|| {
+        let server = Server::bind("127.0.0.1:0").unwrap();
+        let addr = server.local_addr().unwrap();
+        spindle::spawn(move || {
+            server.serve(|req: Request<Body>| {
+                // The body lists the request's own fields, in order.
+                let mut seen: Vec<String> = req
+                    .headers()
+                    .iter()
+                    .map(|(n, v)| format!("{n}={}", v.to_str().unwrap_or("?")))
+                    .collect();
+                seen.sort();
+                let fields: usize = req
+                    .uri()
+                    .query()
+                    .and_then(|q| q.strip_prefix("fields="))
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(1);
+                let mut r = Response::new(Body::from(seen.join(";")));
+                for i in 0..fields {
+                    r.headers_mut().append(
+                        spindle_http::http::HeaderName::from_bytes(
+                            format!("x-secret-{i}").as_bytes(),
+                        )
+                        .unwrap(),
+                        spindle_http::http::HeaderValue::from_static("leaked"),
+                    );
+                }
+                r
+            })
+        });
+        addr
+    });
+    // Pipelined on one connection, responses of 1, 3 and 100 fields in
+    // between: each request's body lists exactly what it sent.
+    let mut batch = Vec::new();
+    for (i, fields) in [1, 3, 100, 0, 5, 1].iter().enumerate() {
+        batch.extend_from_slice(
+            format!("GET /?fields={fields} HTTP/1.1\r\nHost: h\r\nX-Mine: {i}\r\n\r\n").as_bytes(),
+        );
+    }
+    batch.extend_from_slice(b"GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n");
+    let r = raw(addr, &batch);
+    assert_eq!(r.matches("HTTP/1.1 200").count(), 7, "{r}");
+    for i in 0..6 {
+        assert!(r.contains(&format!("\r\n\r\nhost=h;x-mine={i}")), "{r}");
+    }
+    assert!(r.contains("\r\n\r\nconnection=close;host=h"), "{r}");
+    // The response fields went out, and none came back in a request.
+    assert_eq!(r.matches("x-secret-99: leaked").count(), 1, "{r}");
+    assert!(
+        !r.contains("x-secret-0=") && !r.contains("x-secret-99="),
+        "{r}"
+    );
+    // Across connections (Python's http.client, keep-alive), after
+    // responses with many fields: the spares are shared by the thread.
+    let out = python(&format!(
+        r#"
+import http.client
+for c in range(3):
+    conn = http.client.HTTPConnection("127.0.0.1", {port})
+    for i in range(5):
+        conn.request("GET", "/?fields=" + str(40 * (i % 2)), headers={{"X-Conn": str(c)}})
+        body = conn.getresponse().read().decode()
+        assert "secret" not in body, body
+        assert "x-conn=" + str(c) in body, body
+    conn.close()
+print("ok")
+"#,
+        port = addr.port()
+    ));
+    assert_eq!(out.trim(), "ok");
+}
