@@ -172,3 +172,52 @@ fn sleeps_off_the_runtime_block_the_thread() {
     spindle::block_on(spindle::time::sleep_future(Duration::from_millis(20)));
     assert!(start.elapsed() >= Duration::from_millis(20));
 }
+
+/// A wait whose deadline has passed by the time it would park arms its
+/// timer like any other, and the loop's next look fires it: the wait ends
+/// with a timeout, on an idle worker and on one kept busy by yielders, and
+/// inside an enclosing `timeout` that has already run out.
+#[test]
+fn a_wait_whose_deadline_has_passed_ends_with_a_timeout() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    rt.run(|| {
+        let (tx, rx) = spindle::chan::bounded::<u32>(1);
+        for _ in 0..1000 {
+            assert_eq!(
+                rx.recv_timeout(Duration::ZERO),
+                Err(spindle::chan::RecvTimeoutError::Timeout)
+            );
+        }
+        // Busy worker: fibers yielding all the while.
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let yielders: Vec<_> = (0..4)
+            .map(|_| {
+                let stop = stop.clone();
+                spindle::spawn(move || {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        spindle::yield_now();
+                    }
+                })
+            })
+            .collect();
+        for _ in 0..1000 {
+            assert_eq!(
+                rx.recv_timeout(Duration::ZERO),
+                Err(spindle::chan::RecvTimeoutError::Timeout)
+            );
+        }
+        // An enclosing scope that has run out: the inner wait ends with it.
+        let r = spindle::time::timeout(Duration::from_millis(1), || {
+            std::hint::black_box(spindle::time::sleep(Duration::from_millis(2)));
+            rx.recv()
+        });
+        assert!(r.is_err(), "the scope had run out: {r:?}");
+        // The channel still works afterwards.
+        tx.send(7).unwrap();
+        assert_eq!(rx.recv_timeout(Duration::ZERO), Ok(7));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for y in yielders {
+            y.join().unwrap();
+        }
+    });
+}
