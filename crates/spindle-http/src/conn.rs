@@ -35,6 +35,14 @@ use crate::read_buf::ReadBuf;
 use crate::serving::{Drain, Handler};
 use crate::stream::{Handshaken, Stream};
 
+/// What a connection does when its HTTP/1.1 loop ends.
+enum After {
+    /// Closes (the stream is dropped).
+    Close,
+    /// Goes on as HTTP/2: the client opened with the preface.
+    Http2,
+}
+
 /// Where a connection is in its request loop (for what a timeout means).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -139,12 +147,13 @@ impl Conn {
     /// Serves requests on this connection until it closes, is drained,
     /// or fails.
     ///
-    /// The handler runs under this frame, and a handler that waits (most
-    /// do, sooner or later) keeps every stack page down to its wait
-    /// resident while the connection lives. So what is done before and
-    /// after the handler — reading the head, writing the response, the
-    /// error answer — is out of line: their locals are in frames of their
-    /// own, beside the handler's rather than above it.
+    /// A panic of the handler unwinds to here, not through a
+    /// `catch_unwind` per request: the request moved into such a closure
+    /// and the response moved out through its result were each copied
+    /// again, freshly written, on every request (see `bench/RESULTS.md`).
+    /// A handler's panic is answered with 500 and the connection closes;
+    /// one past the handler (a streamed body's reader) cuts the response
+    /// off, and what was pending before it still goes out.
     pub(crate) fn serve(
         mut self,
         config: &ServerConfig,
@@ -152,6 +161,43 @@ impl Conn {
         idle: &std::sync::atomic::AtomicBool,
         drain: &Drain,
     ) {
+        let served = panic::catch_unwind(AssertUnwindSafe(|| {
+            self.serve_http1(config, handler, idle, drain)
+        }));
+        match served {
+            Ok(After::Close) => {}
+            Ok(After::Http2) => self.into_h2(config, handler, idle, drain),
+            Err(p) if p.is::<spindle::Cancelled>() => panic::resume_unwind(p),
+            Err(_) => self.answer_panic(),
+        }
+    }
+
+    /// After a panic in the request loop: a 500 if the handler panicked
+    /// (nothing of its response is out yet), else only what was pending.
+    #[inline(never)]
+    fn answer_panic(&mut self) {
+        if self.phase == Phase::Handler {
+            self.out
+                .extend_from_slice(&error_response(StatusCode::INTERNAL_SERVER_ERROR));
+        }
+        let _ = self.flush();
+    }
+
+    /// The HTTP/1.1 request loop of [`serve`](Self::serve).
+    ///
+    /// The handler runs under this frame, and a handler that waits (most
+    /// do, sooner or later) keeps every stack page down to its wait
+    /// resident while the connection lives. So what is done before and
+    /// after the handler — reading the head, writing the response, the
+    /// error answer — is out of line: their locals are in frames of their
+    /// own, beside the handler's rather than above it.
+    fn serve_http1(
+        &mut self,
+        config: &ServerConfig,
+        handler: &Arc<Handler>,
+        idle: &std::sync::atomic::AtomicBool,
+        drain: &Drain,
+    ) -> After {
         // `idle` is stored only when it changes: a pipelined batch is
         // served without touching it (each store is a full barrier). The
         // server creates the flag set.
@@ -163,7 +209,7 @@ impl Conn {
             }
             if drain.is_set() && self.buf.is_empty() {
                 let _ = self.flush();
-                return; // draining: no new request on an idle connection
+                return After::Close; // draining: no new request on an idle connection
             }
             // Filled in place: a request is large, and each move of it
             // was a copy. Into a spare map, the last response's (see
@@ -179,10 +225,13 @@ impl Conn {
                 Head::Request(k, i) => (k, i),
                 Head::Closed => {
                     let _ = self.flush();
-                    return;
+                    return After::Close;
                 }
-                Head::Error(status) => return self.answer_error(status),
-                Head::Http2 => return self.into_h2(config, handler, idle, drain),
+                Head::Error(status) => {
+                    self.answer_error(status);
+                    return After::Close;
+                }
+                Head::Http2 => return After::Http2,
             };
             let is_head = req.method() == Method::HEAD;
             let is_connect = req.method() == Method::CONNECT;
@@ -196,17 +245,7 @@ impl Conn {
                     self.watch_client(&mut req);
                 }
             }
-            let result = panic::catch_unwind(AssertUnwindSafe(|| handler(req)));
-            let response = match result {
-                Ok(r) => r,
-                Err(p) if p.is::<spindle::Cancelled>() => panic::resume_unwind(p),
-                Err(_) => {
-                    self.out
-                        .extend_from_slice(&error_response(StatusCode::INTERNAL_SERVER_ERROR));
-                    let _ = self.flush();
-                    return;
-                }
-            };
+            let response = handler(req);
             // A body the handler read past its limit, or malformed: that is
             // the answer, whatever the handler returned.
             let failed = incoming.as_ref().and_then(|i| i.lock().error);
@@ -218,7 +257,8 @@ impl Conn {
                     }
                     _ => StatusCode::BAD_REQUEST,
                 };
-                return self.answer_error(status);
+                self.answer_error(status);
+                return After::Close;
             }
             // The response goes out first: a streamed response may itself be
             // reading the request body (an echo), so the body lock is not held.
@@ -242,11 +282,11 @@ impl Conn {
                 .write_response(response, version, is_head || tunnel, keep, tunnel)
                 .is_err()
             {
-                return;
+                return After::Close;
             }
             if !keep {
                 let _ = self.flush();
-                return;
+                return After::Close;
             }
             // Then finish the request body: drain what is left, or close.
             let Some(incoming) = incoming else {
@@ -254,12 +294,12 @@ impl Conn {
             };
             // The client may wait for this response before sending the rest.
             if self.flush().is_err() {
-                return;
+                return After::Close;
             }
             self.phase = Phase::Body;
             let mut inc = incoming.lock();
             if inc.error.is_some() || !finish_body(&mut inc) {
-                return;
+                return After::Close;
             }
             self.buf = std::mem::take(&mut inc.buf);
         }

@@ -908,3 +908,66 @@ print("ok")
     ));
     assert_eq!(out.trim(), "ok");
 }
+
+/// Gives "hello", then panics.
+struct PanickyReader(bool);
+
+impl Read for PanickyReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if std::mem::replace(&mut self.0, true) {
+            panic!("a reader that panics");
+        }
+        buf[..5].copy_from_slice(b"hello");
+        Ok(5)
+    }
+}
+
+/// A panic in the handler is answered with 500 after the responses
+/// pipelined before it; one in a streamed body's reader, once its head is
+/// out, cuts that response off instead (no 500 written into the middle of
+/// a body), and the responses before it still arrive. Either way the
+/// connection closes and the server goes on serving.
+#[test]
+fn a_panic_in_the_handler_gets_500_and_one_in_a_streamed_body_cuts_it_off() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let addr = rt.run(|| {
+        let server = Server::bind("127.0.0.1:0").unwrap();
+        let addr = server.local_addr().unwrap();
+        spindle::spawn(move || {
+            server.serve(|req: Request<Body>| match req.uri().path() {
+                "/handler-panics" => panic!("handler boom"),
+                "/reader-panics" => Response::new(Body::from_reader(PanickyReader(false))),
+                _ => Response::new(Body::from("fine")),
+            })
+        });
+        addr
+    });
+    let r = raw(
+        addr,
+        b"GET /a HTTP/1.1\r\nHost: a\r\n\r\nGET /handler-panics HTTP/1.1\r\nHost: a\r\n\r\nGET /b HTTP/1.1\r\nHost: a\r\n\r\n",
+    );
+    assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
+    assert!(r.contains("\r\n\r\nfineHTTP/1.1 500 "), "{r}");
+    assert_eq!(
+        r.matches("HTTP/1.1 ").count(),
+        2,
+        "nothing after the 500: {r}"
+    );
+    let r = raw(
+        addr,
+        b"GET /a HTTP/1.1\r\nHost: a\r\n\r\nGET /reader-panics HTTP/1.1\r\nHost: a\r\n\r\nGET /b HTTP/1.1\r\nHost: a\r\n\r\n",
+    );
+    assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
+    assert!(r.contains("transfer-encoding: chunked\r\n"), "{r}");
+    assert!(
+        r.ends_with("\r\n\r\n5\r\nhello\r\n"),
+        "cut after the data: {r:?}"
+    );
+    assert!(!r.contains(" 500 "), "{r}");
+    assert_eq!(r.matches("HTTP/1.1 ").count(), 2, "{r}");
+    let after = raw(
+        addr,
+        b"GET /c HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    assert!(after.ends_with("\r\n\r\nfine"), "{after}");
+}
