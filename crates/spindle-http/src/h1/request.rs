@@ -111,9 +111,12 @@ pub(crate) fn parse_request<B>(
     // A copy of the head, which the target and header values share: the
     // connection's read buffer is then free to be handed on while the
     // request lives (see `read_buf`, and `head_arena` for where it lives).
-    let head = super::head_arena::copy(&buf[..n]);
+    // Made at the first value that needs it: a request whose only field is
+    // a remembered `Host` and whose target is `/` needs none.
+    let mut head: Option<bytes::Bytes> = None;
     let base = buf.as_ptr() as usize;
-    let share = |s: &[u8]| {
+    let mut share = |s: &[u8]| {
+        let head = head.get_or_insert_with(|| super::head_arena::copy(&buf[..n]));
         let at = s.as_ptr() as usize - base;
         head.slice(at..at + s.len())
     };
@@ -133,11 +136,24 @@ pub(crate) fn parse_request<B>(
     for h in req.headers.iter() {
         // `Host`, which every HTTP/1.1 request has, without the general
         // name lookup.
-        let name = if h.name.eq_ignore_ascii_case("host") {
-            header::HOST
-        } else {
-            HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| StatusCode::BAD_REQUEST)?
-        };
+        if h.name.eq_ignore_ascii_case("host") {
+            hosts += 1;
+            // The connection's last host, if these are its bytes: neither
+            // checked nor copied again.
+            let value = match known_host.get(h.value) {
+                Some(value) => value,
+                None => {
+                    let value = HeaderValue::from_maybe_shared(share(h.value))
+                        .map_err(|_| StatusCode::BAD_REQUEST)?;
+                    host_ok &= known_host.check(&value);
+                    value
+                }
+            };
+            map.append(header::HOST, value);
+            continue;
+        }
+        let name =
+            HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| StatusCode::BAD_REQUEST)?;
         let value =
             HeaderValue::from_maybe_shared(share(h.value)).map_err(|_| StatusCode::BAD_REQUEST)?;
         if name == header::CONTENT_LENGTH
@@ -145,9 +161,6 @@ pub(crate) fn parse_request<B>(
             || name == header::CONNECTION
         {
             framing_headers.add(name.as_str().as_bytes(), value.as_bytes());
-        } else if name == header::HOST {
-            hosts += 1;
-            host_ok &= known_host.check(value.as_bytes());
         } else if name == header::EXPECT && value.as_bytes().eq_ignore_ascii_case(b"100-continue") {
             expect_continue = version == Version::HTTP_11;
         }
@@ -192,37 +205,31 @@ pub(crate) fn parse_request<B>(
 }
 
 /// The last valid `Host` value a connection's requests had: the requests
-/// of one connection nearly always name the same host, and comparing bytes
-/// is cheaper than checking them again. Short values only (inline, no
-/// allocation: it lives as long as its connection).
-#[derive(Debug)]
+/// of one connection nearly always name the same host, and handing out
+/// the same value again is cheaper than checking and copying its bytes.
+/// Short values only: the copy it keeps (its own small allocation, not a
+/// slice of a head, which would pin the head's block) lives as long as
+/// its connection.
+#[derive(Debug, Default)]
 pub(crate) struct KnownHost {
-    len: u8,
-    bytes: [u8; KnownHost::MAX],
-}
-
-impl Default for KnownHost {
-    fn default() -> KnownHost {
-        KnownHost {
-            len: 0,
-            bytes: [0; KnownHost::MAX],
-        }
-    }
+    value: Option<HeaderValue>,
 }
 
 impl KnownHost {
     const MAX: usize = 47;
 
+    /// The remembered value, if `bytes` are its bytes.
+    fn get(&self, bytes: &[u8]) -> Option<HeaderValue> {
+        self.value.as_ref().filter(|v| v.as_bytes() == bytes).cloned()
+    }
+
     /// Whether `value` is a valid `Host` value ([`valid_host`]),
     /// remembering it if it is.
-    fn check(&mut self, value: &[u8]) -> bool {
-        if self.len != 0 && &self.bytes[..usize::from(self.len)] == value {
-            return true;
-        }
-        let valid = valid_host(value);
-        if valid && !value.is_empty() && value.len() <= Self::MAX {
-            self.bytes[..value.len()].copy_from_slice(value);
-            self.len = value.len() as u8;
+    fn check(&mut self, value: &HeaderValue) -> bool {
+        let bytes = value.as_bytes();
+        let valid = valid_host(bytes);
+        if valid && !bytes.is_empty() && bytes.len() <= Self::MAX {
+            self.value = HeaderValue::from_bytes(bytes).ok();
         }
         valid
     }
