@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """A/B of HTTP servers: CPU per request under wrk, each contender in
 interleaved rounds (the order rotated), server on CPU 1 and wrk on CPU 0,
-medians, and each contender's ratio to the first.
+medians, and each contender's ratio to the first — for the whole CPU
+time and for its user part alone (the server's own code: the kernel's
+share, the same work for every server, is most of this VM's noise).
 
     python3 bench/ab_http.py 'OLD_CMD' 'NEW_CMD' [...] [--rounds 5] [--loads 50,500,50:p]
 
@@ -30,7 +32,7 @@ def one(cmd, conns, secs, extra, port):
 
     def cpu():
         f = open(f"/proc/{p.pid}/stat").read().rsplit(")", 1)[1].split()
-        return (int(f[11]) + int(f[12])) / TICK
+        return int(f[11]) / TICK, int(f[12]) / TICK
 
     url = f"http://127.0.0.1:{port}/"
     subprocess.run(["taskset", "-c", "0", "wrk", "-t1", f"-c{conns}", "-d1s"] + extra + [url],
@@ -42,7 +44,8 @@ def one(cmd, conns, secs, extra, port):
     p.kill()
     p.wait()
     reqs = int(re.search(r"(\d+) requests in", out).group(1))
-    return (c1 - c0) / reqs * 1e6
+    user, system = ((b - a) / reqs * 1e6 for a, b in zip(c0, c1))
+    return user + system, user
 
 
 def main():
@@ -64,12 +67,15 @@ def main():
                 port += 1
                 res.setdefault((load, c), []).append(one(c, conns, a.secs, extra, port))
     for load in loads:
-        base = statistics.median(res[(load, cs[0])])
-        print(f"load {load} (CPU µs per request, median of {a.rounds}):")
+        base = statistics.median(t for t, _ in res[(load, cs[0])])
+        ubase = statistics.median(u for _, u in res[(load, cs[0])])
+        print(f"load {load} (CPU µs per request, median of {a.rounds}; user = in the server's own code):")
         for c in cs:
-            xs = res[(load, c)]
-            m = statistics.median(xs)
-            print(f"  {m:8.3f}  {m / base:5.3f}x  {c}   rounds: {' '.join('%.2f' % x for x in xs)}")
+            xs = [t for t, _ in res[(load, c)]]
+            us = [u for _, u in res[(load, c)]]
+            m, mu = statistics.median(xs), statistics.median(us)
+            print(f"  {m:8.3f}  {m / base:5.3f}x  user {mu:6.3f} {mu / ubase:5.3f}x  {c}"
+                  f"   rounds: {' '.join('%.2f' % x for x in xs)}")
 
 
 if __name__ == "__main__":
