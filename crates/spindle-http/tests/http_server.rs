@@ -64,6 +64,14 @@ fn handler(req: Request<Body>) -> Response<Body> {
 }
 
 fn start(rt: &Runtime, config: ServerConfig) -> SocketAddr {
+    start_with(rt, config, handler)
+}
+
+/// A server with `config` serving `handler` on `rt`; its address.
+fn start_with<H>(rt: &Runtime, config: ServerConfig, handler: H) -> SocketAddr
+where
+    H: Fn(Request<Body>) -> Response<Body> + Send + Sync + 'static,
+{
     rt.run(move || {
         let server = Server::bind("127.0.0.1:0").unwrap().config(config);
         let addr = server.local_addr().unwrap();
@@ -835,38 +843,29 @@ fn a_dropped_watch_leaves_the_connection_readable_and_watchable() {
 #[test]
 fn a_request_never_sees_the_fields_of_an_earlier_response() {
     let rt = Runtime::builder().workers(1).build().unwrap();
-    let addr = rt.run(|| {
-        let server = Server::bind("127.0.0.1:0").unwrap();
-        let addr = server.local_addr().unwrap();
-        spindle::spawn(move || {
-            server.serve(|req: Request<Body>| {
-                // The body lists the request's own fields, in order.
-                let mut seen: Vec<String> = req
-                    .headers()
-                    .iter()
-                    .map(|(n, v)| format!("{n}={}", v.to_str().unwrap_or("?")))
-                    .collect();
-                seen.sort();
-                let fields: usize = req
-                    .uri()
-                    .query()
-                    .and_then(|q| q.strip_prefix("fields="))
-                    .and_then(|n| n.parse().ok())
-                    .unwrap_or(1);
-                let mut r = Response::new(Body::from(seen.join(";")));
-                for i in 0..fields {
-                    r.headers_mut().append(
-                        spindle_http::http::HeaderName::from_bytes(
-                            format!("x-secret-{i}").as_bytes(),
-                        )
-                        .unwrap(),
-                        spindle_http::http::HeaderValue::from_static("leaked"),
-                    );
-                }
-                r
-            })
-        });
-        addr
+    let addr = start_with(&rt, ServerConfig::default(), |req: Request<Body>| {
+        // The body lists the request's own fields, in order.
+        let mut seen: Vec<String> = req
+            .headers()
+            .iter()
+            .map(|(n, v)| format!("{n}={}", v.to_str().unwrap_or("?")))
+            .collect();
+        seen.sort();
+        let fields: usize = req
+            .uri()
+            .query()
+            .and_then(|q| q.strip_prefix("fields="))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1);
+        let mut r = Response::new(Body::from(seen.join(";")));
+        for i in 0..fields {
+            r.headers_mut().append(
+                spindle_http::http::HeaderName::from_bytes(format!("x-secret-{i}").as_bytes())
+                    .unwrap(),
+                spindle_http::http::HeaderValue::from_static("leaked"),
+            );
+        }
+        r
     });
     // Pipelined on one connection, responses of 1, 3 and 100 fields in
     // between: each request's body lists exactly what it sent.
@@ -930,18 +929,15 @@ impl Read for PanickyReader {
 #[test]
 fn a_panic_in_the_handler_gets_500_and_one_in_a_streamed_body_cuts_it_off() {
     let rt = Runtime::builder().workers(1).build().unwrap();
-    let addr = rt.run(|| {
-        let server = Server::bind("127.0.0.1:0").unwrap();
-        let addr = server.local_addr().unwrap();
-        spindle::spawn(move || {
-            server.serve(|req: Request<Body>| match req.uri().path() {
-                "/handler-panics" => panic!("handler boom"),
-                "/reader-panics" => Response::new(Body::from_reader(PanickyReader(false))),
-                _ => Response::new(Body::from("fine")),
-            })
-        });
-        addr
-    });
+    let addr = start_with(
+        &rt,
+        ServerConfig::default(),
+        |req: Request<Body>| match req.uri().path() {
+            "/handler-panics" => panic!("handler boom"),
+            "/reader-panics" => Response::new(Body::from_reader(PanickyReader(false))),
+            _ => Response::new(Body::from("fine")),
+        },
+    );
     let r = raw(
         addr,
         b"GET /a HTTP/1.1\r\nHost: a\r\n\r\nGET /handler-panics HTTP/1.1\r\nHost: a\r\n\r\nGET /b HTTP/1.1\r\nHost: a\r\n\r\n",
