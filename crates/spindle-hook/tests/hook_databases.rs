@@ -27,27 +27,66 @@ struct Redis {
 }
 
 impl Redis {
+    /// The port is found free and then given to the server, so another
+    /// test's server may take it first (ours then fails to bind and exits
+    /// while the other answers): a server counts as started only once the
+    /// one answering on the port reports our child's process id, else it
+    /// is tried again on another port.
     fn start() -> Redis {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let server = std::process::Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("redis-server is not installed (apt-get install redis-server; .ci/run does)");
         let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        loop {
             assert!(
-                started.elapsed() < Duration::from_secs(20),
+                started.elapsed() < Duration::from_secs(30),
                 "redis-server did not start"
             );
-            std::thread::sleep(Duration::from_millis(20));
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let mut server = std::process::Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect(
+                    "redis-server is not installed (apt-get install redis-server; .ci/run does)",
+                );
+            while server.try_wait().ok().flatten().is_none()
+                && started.elapsed() < Duration::from_secs(30)
+            {
+                match Redis::pid_on(port) {
+                    Some(pid) if pid == server.id() => return Redis { port, server },
+                    Some(_) => break, // another test's server has the port
+                    None => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+            let _ = server.kill();
+            let _ = server.wait();
         }
-        Redis { port, server }
+    }
+
+    /// The process id the server answering on `port` reports, if one does.
+    fn pid_on(port: u16) -> Option<u32> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        s.write_all(b"INFO server\r\n").ok()?;
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = s.read(&mut buf).ok()?;
+            if n == 0 {
+                return None;
+            }
+            got.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&got);
+            if let Some(rest) = text.split("process_id:").nth(1) {
+                if let Some(line) = rest.split("\r\n").next().filter(|_| rest.contains("\r\n")) {
+                    return line.trim().parse().ok();
+                }
+            }
+        }
     }
 
     fn url(&self) -> String {
