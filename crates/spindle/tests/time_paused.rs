@@ -344,3 +344,97 @@ fn a_fiber_asleep_for_a_year_is_cancelled_promptly_and_shutdown_does_not_wait() 
         drop(rt);
     });
 }
+
+/// A fiber keeps one timer entry and re-arms it lazily: a wait that ends
+/// early leaves the entry for the next. Whatever the order of deadlines,
+/// each wait must still time out at its own, and a left-over entry must
+/// not move the clock.
+#[test]
+fn each_timed_wait_ends_at_its_own_deadline_whatever_the_previous_one_left_armed() {
+    within(Duration::from_secs(20), || {
+        let rt = paused(1);
+        rt.run(|| {
+            let (tx, rx) = spindle::chan::bounded::<u32>(1);
+            let t0 = now();
+            // A 10 s wait answered at 1 s leaves an entry due at 10 s.
+            let tx2 = tx.clone();
+            let sender = spindle::spawn(move || {
+                sleep(SEC);
+                tx2.send(1).unwrap();
+            });
+            assert_eq!(rx.recv_timeout(10 * SEC), Ok(1));
+            sender.join().unwrap();
+            assert_eq!(now() - t0, SEC);
+            // A later deadline: not cut short at 10 s, ended at 31 s.
+            assert!(rx.recv_timeout(30 * SEC).is_err());
+            assert_eq!(now() - t0, 31 * SEC);
+            // A 100 s wait answered at once leaves an entry due at 132 s;
+            // an earlier deadline after it ends at its own time.
+            let tx2 = tx.clone();
+            let sender = spindle::spawn(move || {
+                sleep(SEC);
+                tx2.send(2).unwrap();
+            });
+            assert_eq!(rx.recv_timeout(100 * SEC), Ok(2));
+            sender.join().unwrap();
+            assert_eq!(now() - t0, 32 * SEC);
+            assert!(rx.recv_timeout(5 * SEC).is_err());
+            assert_eq!(now() - t0, 37 * SEC);
+            // The same for `park_timeout` and a socket's read deadline.
+            spindle::park_timeout(3 * SEC);
+            assert_eq!(now() - t0, 40 * SEC);
+            let (a, _b) = spindle::net::UnixStream::pair().unwrap();
+            a.set_read_timeout(Some(2 * SEC)).unwrap();
+            assert!((&a).read(&mut [0u8; 1]).is_err());
+            assert_eq!(now() - t0, 42 * SEC);
+            // Only the stale entry at 132 s is armed now, and it ends
+            // nothing: waiting on a plain thread's message must not jump
+            // the clock to it.
+            let from_thread = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(100));
+                tx.send(3).unwrap();
+            });
+            assert_eq!(rx.recv(), Ok(3));
+            from_thread.join().unwrap();
+            assert_eq!(now() - t0, 42 * SEC, "a stale timer moved the clock");
+        });
+    });
+}
+
+/// Many fibers on one worker whose waits mostly end early (a server's
+/// read deadlines): each that does time out does so at its own deadline.
+#[test]
+fn fibers_that_mostly_answer_in_time_each_time_out_at_their_own_deadline() {
+    within(Duration::from_secs(20), || {
+        let rt = paused(1);
+        rt.run(|| {
+            let t0 = now();
+            let fibers: Vec<_> = (0..200u32)
+                .map(|i| {
+                    spindle::spawn(move || {
+                        let (tx, rx) = spindle::chan::bounded::<u32>(1);
+                        // Rounds answered in time, with deadlines that grow
+                        // and shrink, then one that is not answered.
+                        for round in 0..20u32 {
+                            let tx = tx.clone();
+                            let answer = spindle::spawn(move || {
+                                sleep(SEC);
+                                tx.send(round).unwrap();
+                            });
+                            let patience = SEC * (2 + (i + round * 7) % 50);
+                            assert_eq!(rx.recv_timeout(patience), Ok(round));
+                            answer.join().unwrap();
+                        }
+                        assert_eq!(now() - t0, 20 * SEC);
+                        let patience = SEC * (1 + i % 13);
+                        assert!(rx.recv_timeout(patience).is_err());
+                        assert_eq!(now() - t0, 20 * SEC + patience, "fiber {i}");
+                    })
+                })
+                .collect();
+            for f in fibers {
+                f.join().unwrap();
+            }
+        });
+    });
+}

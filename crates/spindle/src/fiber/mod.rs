@@ -143,6 +143,8 @@ pub(crate) struct FiberHeader {
     pub(crate) deadline: Cell<Option<std::time::Instant>>,
     /// The `timeout` deadline that last cut a wait short (owner only).
     pub(crate) elapsed: Cell<Option<std::time::Instant>>,
+    /// Its entry in its worker's timer heap (owner only).
+    pub(crate) timer: Cell<wait::FiberTimer>,
     /// What the fiber waits on, for `spindle::dump` (owner only).
     pub(crate) waiting_on: Cell<WaitKind>,
     /// Order in which its worker started it (owner only): a runtime stop
@@ -170,7 +172,9 @@ pub(crate) struct FiberHeader {
 // owner worker thread while it runs or retires the fiber; `join_waiter` by
 // the joiner before it sets JOIN_WAITER and by the completer after COMPLETE;
 // `locals` (and the `!Send` values in it) only by the fiber itself while it
-// runs, on the one thread it ever runs on.
+// runs, on the one thread it ever runs on; the owner-only `Cell`s
+// (`deadline`, `timer`, ...) by the owner worker thread alone — the fiber
+// while it runs, the worker's loop and timer heap between its runs.
 unsafe impl Sync for FiberHeader {}
 // SAFETY: as above; the context is only resumed on its owner worker, which
 // `sched` guarantees by never giving a started fiber to another worker.
@@ -204,6 +208,7 @@ impl FiberHeader {
             cancelled: token::CancelFlag::new(),
             deadline: Cell::new(None),
             elapsed: Cell::new(None),
+            timer: Cell::new(wait::FiberTimer::default()),
             waiting_on: Cell::new(WaitKind::Running),
             start_seq: Cell::new(0),
             suspended_unwinding: Cell::new(false),

@@ -172,6 +172,34 @@ impl WaitToken {
         true
     }
 
+    /// Records that this wait (the running fiber's own, on its worker)
+    /// times out at `deadline`, and says whether the fiber's heap entry
+    /// must be armed for it (see [`FiberTimer`]).
+    pub(crate) fn time_out_at(&self, deadline: Instant) -> ArmEntry {
+        let header = &self.fiber.header;
+        let mut t = header.timer.get();
+        t.wait = Some(TimedWait {
+            deadline,
+            seq: self.seq,
+            pending: self.pending,
+        });
+        let arm = match t.entry {
+            None => ArmEntry::New,
+            Some(at) if at > deadline => ArmEntry::Earlier,
+            Some(_) => ArmEntry::Kept,
+        };
+        if arm != ArmEntry::Kept {
+            t.entry = Some(deadline);
+        }
+        header.timer.set(t);
+        arm
+    }
+
+    /// The fiber this wait belongs to.
+    pub(crate) fn fiber(&self) -> &FiberRef {
+        &self.fiber
+    }
+
     /// Ends the wait as `Ready` without waking anybody (the waiter itself,
     /// when what it waits for was already there). True if it was pending.
     pub(crate) fn end_unwoken(&self) -> bool {
@@ -199,6 +227,114 @@ impl WaitToken {
     fn pending_word(&self) -> u64 {
         self.seq << 8 | self.pending as u64
     }
+}
+
+/// A fiber's entry in its worker's timer heap, and the timed wait it is
+/// for (owner only: the fiber's worker is the only thread that runs it and
+/// the only one that touches its heap).
+///
+/// The entry is re-armed lazily, as Go's runtime re-arms a modified timer:
+/// a timed wait whose deadline is at or after the entry's only records its
+/// deadline here, and the entry, when it comes due, either ends the wait
+/// (its deadline has passed) or goes back into the heap at the wait's
+/// deadline. A connection that re-arms a read deadline of `now + 60 s` on
+/// every read so pushes one heap entry per minute, not one per read. Only
+/// a deadline earlier than the entry's arms a new entry; the later one is
+/// then *stale* and does nothing when it comes due.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct FiberTimer {
+    /// The deadline of the fiber's current heap entry.
+    entry: Option<Instant>,
+    /// The last timed wait: its deadline and the wait it ends.
+    wait: Option<TimedWait>,
+}
+
+#[derive(Clone, Copy)]
+struct TimedWait {
+    deadline: Instant,
+    seq: u64,
+    pending: u8,
+}
+
+/// What a timed wait needs of its worker's heap ([`WaitToken::time_out_at`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ArmEntry {
+    /// The fiber's entry comes due at or before the deadline: nothing.
+    Kept,
+    /// Push an entry at the deadline (the fiber had none).
+    New,
+    /// Push an entry at the deadline; the fiber's later one is stale.
+    Earlier,
+}
+
+impl FiberTimer {
+    /// The deadline of the pending timed wait of `header`, if any.
+    fn pending_deadline(&self, header: &FiberHeader) -> Option<Instant> {
+        self.wait
+            .filter(|w| header.wait.load() == w.seq << 8 | w.pending as u64)
+            .map(|w| w.deadline)
+    }
+}
+
+/// The deadline `fiber`'s heap entry at `at` now stands for, taking the
+/// entry off the fiber: `None` if the entry is stale (the fiber armed
+/// another since, or finished) or no timed wait is pending — the caller
+/// drops it. Otherwise the caller ends the wait ([`time_out`]) when that
+/// deadline has passed, or puts the entry back at it ([`put_timer_entry`]).
+pub(crate) fn take_timer_entry(fiber: &FiberRef, at: Instant) -> Option<Instant> {
+    let header = &fiber.header;
+    let mut t = header.timer.get();
+    if t.entry != Some(at) {
+        return None;
+    }
+    t.entry = None;
+    header.timer.set(t);
+    t.pending_deadline(header)
+}
+
+/// The deadline `fiber`'s heap entry at `at` stands for, without taking
+/// it: `None` if taking it would drop it.
+pub(crate) fn peek_timer_entry(fiber: &FiberRef, at: Instant) -> Option<Instant> {
+    let t = fiber.header.timer.get();
+    if t.entry != Some(at) {
+        return None;
+    }
+    t.pending_deadline(&fiber.header)
+}
+
+/// Gives `fiber` its heap entry back, at `deadline` (what
+/// [`take_timer_entry`] returned; the caller pushes the entry).
+pub(crate) fn put_timer_entry(fiber: &FiberRef, deadline: Instant) {
+    let mut t = fiber.header.timer.get();
+    t.entry = Some(deadline);
+    fiber.header.timer.set(t);
+}
+
+/// Whether `fiber`'s current heap entry is the one at `at`.
+pub(crate) fn is_timer_entry(fiber: &FiberRef, at: Instant) -> bool {
+    fiber.header.timer.get().entry == Some(at)
+}
+
+/// Takes the heap entry off a finished fiber: true if it had one (now
+/// stale).
+pub(crate) fn drop_timer_entry(fiber: &FiberRef) -> bool {
+    let t = fiber.header.timer.take();
+    t.entry.is_some()
+}
+
+/// Ends `fiber`'s pending timed wait with `TimedOut` (its deadline has
+/// passed), queuing the fiber as `placement` says. True if this call ended
+/// it.
+pub(crate) fn time_out(fiber: &FiberRef, placement: Placement) -> bool {
+    let Some(w) = fiber.header.timer.get().wait else {
+        return false;
+    };
+    WaitToken {
+        fiber: fiber.clone(),
+        seq: w.seq,
+        pending: w.pending,
+    }
+    .wake_at(Wake::TimedOut, placement)
 }
 
 /// A plain thread's wait: the same outcome protocol, the kernel parks.

@@ -8,11 +8,21 @@
 //! order); resolution is the millisecond of `epoll_wait`'s timeout, finer
 //! when the worker is busy.
 //!
-//! A wait that ends some other way (its fd became ready) leaves its entry in
-//! the heap: firing it later does nothing, because the fiber's wait word has
-//! moved on (see `sched::park`). Such dead entries are counted, and the heap
-//! is compacted when they outnumber the live ones, so a socket that re-arms a
-//! read timeout on every read cannot grow the heap without bound.
+//! A fiber has at most one live entry here, re-armed lazily
+//! (`fiber::wait::FiberTimer`): a timed wait whose deadline is at or after
+//! the entry's pushes nothing, and a wait that ends some other way (its fd
+//! became ready) leaves the entry in place for the next one. When the entry
+//! comes due it ends the fiber's timed wait if that wait's deadline has
+//! passed, goes back in at the wait's deadline if it is later, and leaves
+//! the heap if no timed wait is pending. So a socket that re-arms a read
+//! timeout of a minute on every read pushes one entry a minute, not one per
+//! read. Entries that can do nothing any more — a fiber's entry superseded
+//! by an earlier one, a finished fiber's — are counted as dead, and the heap
+//! is compacted when they outnumber the live ones.
+//!
+//! A worker about to sleep first *settles* the top of its heap (drops the
+//! entries that would do nothing, moves a lazily kept one to its wait's
+//! deadline), so it sleeps until a deadline that ends something.
 //!
 //! A future's timer is a shared [`TimerSlot`] holding its waker: the future
 //! swaps in a new waker without arming again, and empties the slot when it
@@ -30,13 +40,15 @@ use std::collections::BinaryHeap;
 use std::task::Waker;
 use std::time::Instant;
 
-use crate::fiber::wait::{WaitToken, Wake};
-use crate::fiber::{Placement, Stamp};
+use crate::fiber::wait::{
+    is_timer_entry, peek_timer_entry, put_timer_entry, take_timer_entry, time_out,
+};
+use crate::fiber::{FiberRef, Placement, Stamp};
 
 /// What a timer wakes.
 pub(crate) enum TimerTarget {
-    /// A fiber's wait (fails it with `TimedOut` if still current).
-    Fiber(WaitToken),
+    /// A fiber's timed wait: the fiber's one entry (see the module docs).
+    Fiber(FiberRef),
     /// A future's waker, while the future still wants it.
     Waker(std::sync::Arc<TimerSlot>),
 }
@@ -133,6 +145,10 @@ impl TimerHeap {
                 self.compact();
             }
         }
+        self.push(deadline, target);
+    }
+
+    fn push(&mut self, deadline: Instant, target: TimerTarget) {
         self.order += 1;
         self.heap.push(Entry {
             deadline,
@@ -170,20 +186,56 @@ impl TimerHeap {
             }
             let entry = self.heap.pop().expect("peeked");
             match entry.target {
-                TimerTarget::Fiber(token) => {
-                    if token.wake_at(Wake::TimedOut, Placement::At(stamp_for(entry.deadline))) {
-                        fired += 1;
-                    } else {
-                        self.dead = self.dead.saturating_sub(1);
+                TimerTarget::Fiber(fiber) => match take_timer_entry(&fiber, entry.deadline) {
+                    Some(due) if due <= now => {
+                        if time_out(&fiber, Placement::At(stamp_for(due))) {
+                            fired += 1;
+                        }
                     }
-                }
+                    Some(later) => {
+                        put_timer_entry(&fiber, later);
+                        self.push(later, TimerTarget::Fiber(fiber));
+                    }
+                    None => self.dead = self.dead.saturating_sub(1),
+                },
                 TimerTarget::Waker(slot) => wakers.extend(slot.take()),
             }
         }
         fired
     }
 
-    /// A fiber wait whose timer is armed here ended another way.
+    /// Settles the top of the heap for a worker about to sleep: drops the
+    /// entries that would end nothing and moves a fiber's lazily kept entry
+    /// to its wait's deadline, so that [`next_deadline`](Self::next_deadline)
+    /// is a deadline at which something happens.
+    pub(crate) fn settle(&mut self) {
+        while let Some(top) = self.heap.peek() {
+            let later = match &top.target {
+                TimerTarget::Fiber(fiber) => match peek_timer_entry(fiber, top.deadline) {
+                    Some(due) if due <= top.deadline => return,
+                    later => later,
+                },
+                TimerTarget::Waker(slot) if slot.is_live() => return,
+                TimerTarget::Waker(_) => None,
+            };
+            let entry = self.heap.pop().expect("peeked");
+            match (later, entry.target) {
+                (Some(later), TimerTarget::Fiber(fiber)) => {
+                    put_timer_entry(&fiber, later);
+                    self.push(later, TimerTarget::Fiber(fiber));
+                }
+                (None, TimerTarget::Fiber(fiber)) => {
+                    if take_timer_entry(&fiber, entry.deadline).is_none() {
+                        self.dead = self.dead.saturating_sub(1);
+                    }
+                }
+                (_, TimerTarget::Waker(_)) => {}
+            }
+        }
+    }
+
+    /// A fiber's entry armed here can end nothing any more (the fiber
+    /// armed an earlier one, or finished).
     pub(crate) fn note_dead(&mut self) {
         self.dead += 1;
         if self.dead > 1024 && self.dead * 2 > self.heap.len() {
@@ -197,7 +249,7 @@ impl TimerHeap {
         self.heap = entries
             .into_iter()
             .filter(|e| match &e.target {
-                TimerTarget::Fiber(token) => token.is_pending(),
+                TimerTarget::Fiber(fiber) => is_timer_entry(fiber, e.deadline),
                 TimerTarget::Waker(slot) => slot.is_live(),
             })
             .collect();

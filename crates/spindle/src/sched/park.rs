@@ -159,13 +159,9 @@ fn wait_with(
     // already (a clock read per timed wait, nearly always "no"): a timer
     // that is due fires at the loop's next look, before the next dispatch,
     // and ends the wait with `TimedOut` just the same.
-    let timed = match deadline {
-        Some(d) => {
-            super::worker::arm_timer(d, crate::poll::timer::TimerTarget::Fiber(token.clone()));
-            true
-        }
-        None => false,
-    };
+    if let Some(d) = deadline {
+        arm_timed_wait(&token, d);
+    }
     let mut foreign_unparks = false;
     while token.is_pending() {
         crate::fiber::park_running();
@@ -173,9 +169,6 @@ fn wait_with(
     }
     header.waiting_on.set(WaitKind::Running);
     let mut why = token.outcome();
-    if timed && why != Wake::TimedOut {
-        super::worker::note_dead_timer();
-    }
     if why != Wake::Ready {
         unregister(&token);
     }
@@ -246,15 +239,28 @@ pub(crate) fn park_until(deadline: Instant) {
     // an unpark (the park token) ends the loop early.
     let header = &fiber.header;
     let token = WaitToken::begin(&fiber, false);
-    super::worker::arm_timer(
-        deadline,
-        crate::poll::timer::TimerTarget::Fiber(token.clone()),
-    );
+    arm_timed_wait(&token, deadline);
     header.waiting_on.set(WaitKind::Park);
     crate::fiber::park_running();
     header.waiting_on.set(WaitKind::Running);
-    if token.end_unwoken() {
-        super::worker::note_dead_timer();
+    token.end_unwoken();
+}
+
+/// Makes the running fiber's wait `token` time out at `deadline`: on its
+/// worker's heap, whose entry for the fiber is re-armed only when this
+/// deadline comes before it (`poll::timer`).
+fn arm_timed_wait(token: &WaitToken, deadline: Instant) {
+    use crate::fiber::wait::ArmEntry;
+    use crate::poll::timer::TimerTarget;
+    match token.time_out_at(deadline) {
+        ArmEntry::Kept => {}
+        ArmEntry::New => {
+            super::worker::arm_timer(deadline, TimerTarget::Fiber(token.fiber().clone()));
+        }
+        ArmEntry::Earlier => {
+            super::worker::arm_timer(deadline, TimerTarget::Fiber(token.fiber().clone()));
+            super::worker::note_dead_timer();
+        }
     }
 }
 

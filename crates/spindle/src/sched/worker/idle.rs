@@ -75,6 +75,7 @@ impl Worker {
     fn sleep_inner(&self) {
         let next_deadline = self.state.with(|s| {
             s.pool.trim();
+            s.timers.settle();
             s.timers.next_deadline()
         });
         let time = &self.sched.time;

@@ -187,6 +187,9 @@ impl Worker {
     /// Files a finished fiber: its stack to the pool, the counters, then
     /// its joiner (last, so a woken joiner sees the counters).
     fn retire(&self, fiber: &FiberRef, stack: Option<crate::fiber::stack::FiberStack>) {
+        if crate::fiber::wait::drop_timer_entry(fiber) {
+            self.state.with(|s| s.timers.note_dead());
+        }
         if let Some(stack) = stack {
             let pooled = self.state.with(|s| {
                 s.pool.put(stack);
