@@ -529,6 +529,7 @@ pub(crate) fn stats_of(sched: &Scheduler) -> Stats {
                 steals: w.steals.load(Ordering::Relaxed),
                 dispatches: w.dispatches.load(Ordering::Relaxed),
                 stacks_pooled: w.stacks_pooled.load(Ordering::Relaxed),
+                timer_entries: w.timer_entries.load(Ordering::Relaxed),
             })
             .collect(),
     }

@@ -37,6 +37,10 @@ pub struct WorkerStats {
     pub dispatches: u64,
     /// Finished fibers' stacks kept for reuse.
     pub stacks_pooled: usize,
+    /// Entries in the worker's timer heap, live or not yet dropped: about
+    /// one per fiber with a deadline armed and one per armed timer future,
+    /// and never much more than twice that (a leak check for timers).
+    pub timer_entries: usize,
 }
 
 impl Stats {

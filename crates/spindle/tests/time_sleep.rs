@@ -221,3 +221,74 @@ fn a_wait_whose_deadline_has_passed_ends_with_a_timeout() {
         }
     });
 }
+
+fn timer_entries() -> usize {
+    spindle::stats().expect("on a fiber").workers[0].timer_entries
+}
+
+/// A socket that re-arms its read deadline on every read, as a server's
+/// connection does, keeps one timer entry, not one per read.
+#[test]
+fn a_read_deadline_rearmed_on_every_read_keeps_one_timer_entry() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    rt.run(|| {
+        use std::io::{Read, Write};
+        let (a, mut b) = spindle::net::UnixStream::pair().unwrap();
+        a.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let reader = spindle::spawn(move || {
+            let mut most = 0;
+            for _ in 0..5_000 {
+                // Parks each time: the writer yields before each byte.
+                assert_eq!((&a).read(&mut [0u8; 1]).unwrap(), 1);
+                most = most.max(timer_entries());
+            }
+            most
+        });
+        for _ in 0..5_000 {
+            spindle::yield_now();
+            b.write_all(b"x").unwrap();
+        }
+        let most = reader.join().unwrap();
+        assert!(most <= 2, "{most} timer entries for one reading fiber");
+    });
+}
+
+/// Deadlines that shrink from one wait to the next arm a new entry each
+/// time, and finished fibers leave theirs behind: such entries are
+/// dropped in bulk, so the heap stays within a bound.
+#[test]
+fn shrinking_deadlines_and_finished_fibers_leave_a_bounded_timer_heap() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    rt.run(|| {
+        let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        for batch in 0..10u64 {
+            let fibers: Vec<_> = (0..100u64)
+                .map(|_| {
+                    let (tx, rx) = spindle::chan::bounded::<u64>(1);
+                    let most = most.clone();
+                    let sender = spindle::spawn(move || {
+                        for round in 0..50u64 {
+                            spindle::yield_now();
+                            tx.send(round).unwrap();
+                            most.fetch_max(timer_entries(), std::sync::atomic::Ordering::Relaxed);
+                        }
+                    });
+                    let receiver = spindle::spawn(move || {
+                        for round in 0..50u64 {
+                            let patience = Duration::from_secs(10_000 - batch * 100 - round);
+                            assert_eq!(rx.recv_timeout(patience), Ok(round));
+                        }
+                    });
+                    (sender, receiver)
+                })
+                .collect();
+            for (s, r) in fibers {
+                s.join().unwrap();
+                r.join().unwrap();
+            }
+        }
+        // 50 000 entries armed, 100 receivers live at a time.
+        let most = most.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(most <= 2_500, "{most} timer entries");
+    });
+}

@@ -257,8 +257,7 @@ impl TimerHeap {
         self.slots_armed = 0;
     }
 
-    /// Entries in the heap, live or dead (for tests).
-    #[cfg(test)]
+    /// Entries in the heap, live or dead.
     pub(crate) fn len(&self) -> usize {
         self.heap.len()
     }

@@ -170,6 +170,8 @@ pub(crate) struct WorkerShared {
     pub(crate) finished: AtomicU64,
     pub(crate) local_len: AtomicUsize,
     pub(crate) stacks_pooled: AtomicUsize,
+    /// Entries in the worker's timer heap, as of its last change there.
+    pub(crate) timer_entries: AtomicUsize,
     /// Id of the fiber the worker is running (0: none), for diagnostics.
     pub(crate) running_fiber: AtomicU64,
     /// Header of the fiber being resumed (null: none). Another thread may
@@ -212,6 +214,7 @@ impl WorkerShared {
             finished: AtomicU64::new(0),
             local_len: AtomicUsize::new(0),
             stacks_pooled: AtomicUsize::new(0),
+            timer_entries: AtomicUsize::new(0),
             running_fiber: AtomicU64::new(0),
             running_header: AtomicPtr::new(std::ptr::null_mut()),
             tid: AtomicI32::new(0),

@@ -153,6 +153,7 @@ pub(crate) fn arm_timer(deadline: Instant, target: TimerTarget) {
                     .set((w.sched.time.now(), w.sched.current_stamp()));
             }
             s.timers.arm(deadline, target);
+            w.publish_timer_entries(s.timers.len());
         })
     })
 }
@@ -161,7 +162,10 @@ pub(crate) fn arm_timer(deadline: Instant, target: TimerTarget) {
 pub(crate) fn note_dead_timer() {
     with_worker(|w| {
         if let Some(w) = w {
-            w.state.with(|s| s.timers.note_dead());
+            w.state.with(|s| {
+                s.timers.note_dead();
+                w.publish_timer_entries(s.timers.len());
+            });
         }
     })
 }

@@ -76,6 +76,7 @@ impl Worker {
         let next_deadline = self.state.with(|s| {
             s.pool.trim();
             s.timers.settle();
+            self.publish_timer_entries(s.timers.len());
             s.timers.next_deadline()
         });
         let time = &self.sched.time;

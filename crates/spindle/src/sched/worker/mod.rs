@@ -357,6 +357,13 @@ impl Worker {
         &self.sched.workers[self.index]
     }
 
+    /// Publishes the size of the timer heap for `Stats`.
+    fn publish_timer_entries(&self, entries: usize) {
+        self.shared()
+            .timer_entries
+            .store(entries, Ordering::Relaxed);
+    }
+
     /// Runs `f` on the local queue from any context on this thread: the
     /// loop's own (lock held) or a fiber's (takes the lock, which only a
     /// thief stealing from a stalled worker may hold meanwhile).

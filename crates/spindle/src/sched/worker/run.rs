@@ -188,7 +188,10 @@ impl Worker {
     /// its joiner (last, so a woken joiner sees the counters).
     fn retire(&self, fiber: &FiberRef, stack: Option<crate::fiber::stack::FiberStack>) {
         if crate::fiber::wait::drop_timer_entry(fiber) {
-            self.state.with(|s| s.timers.note_dead());
+            self.state.with(|s| {
+                s.timers.note_dead();
+                self.publish_timer_entries(s.timers.len());
+            });
         }
         if let Some(stack) = stack {
             let pooled = self.state.with(|s| {
@@ -262,7 +265,7 @@ impl Worker {
         // Ending a fiber's wait only queues the fiber (the local queue is
         // not in the loop state); wakers are user code, woken after.
         let ended = self.state.with(|s| {
-            s.timers.fire_due(
+            let ended = s.timers.fire_due(
                 now,
                 |deadline| {
                     if deadline >= sampled_at {
@@ -273,7 +276,9 @@ impl Worker {
                     }
                 },
                 &mut wakers,
-            )
+            );
+            self.publish_timer_entries(s.timers.len());
+            ended
         });
         self.timer_sample.set((now, self.sched.current_stamp()));
         let fired = ended + wakers.len();
