@@ -115,6 +115,62 @@ fn select_chooses_fairly_among_ready_arms() {
     });
 }
 
+/// A select parks one slot in several channels' queues; a channel that
+/// handed a value over keeps receivers' slots for reuse. A slot a select
+/// still holds must never go to a plain receiver: every value arrives
+/// exactly once.
+#[test]
+fn select_and_plain_receivers_on_one_channel_lose_and_duplicate_nothing() {
+    const N: u32 = 20_000;
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let (tx_a, rx_a) = chan::bounded::<u32>(0);
+    let (tx_b, rx_b) = chan::bounded::<u32>(0);
+    let (done_tx, done_rx) = chan::unbounded::<Vec<u32>>();
+    for _ in 0..2 {
+        let (rx_a, rx_b, done_tx) = (rx_a.clone(), rx_b.clone(), done_tx.clone());
+        rt.spawn(move || {
+            let mut got = Vec::new();
+            loop {
+                let v = spindle::select! {
+                    recv(rx_a) -> v => v,
+                    recv(rx_b) -> v => v,
+                };
+                match v {
+                    Ok(v) => got.push(v),
+                    Err(_) => break,
+                }
+            }
+            done_tx.send(got).unwrap();
+        });
+    }
+    for _ in 0..2 {
+        let (rx_a, done_tx) = (rx_a.clone(), done_tx.clone());
+        rt.spawn(move || {
+            let mut got = Vec::new();
+            while let Ok(v) = rx_a.recv() {
+                got.push(v);
+            }
+            done_tx.send(got).unwrap();
+        });
+    }
+    drop((rx_a, rx_b, done_tx));
+    // Both senders stay alive until both are done: a select ends at the
+    // first disconnected arm.
+    let senders = [(tx_a, 0..N), (tx_b, N..2 * N)].map(|(tx, values)| {
+        rt.spawn(move || {
+            values.for_each(|i| tx.send(i).unwrap());
+            tx
+        })
+    });
+    let txs = senders.map(|s| s.join().unwrap());
+    drop(txs);
+    let mut all: Vec<u32> = (0..4)
+        .flat_map(|_| done_rx.recv_timeout(Duration::from_secs(30)).unwrap())
+        .collect();
+    all.sort_unstable();
+    assert_eq!(all, (0..2 * N).collect::<Vec<_>>());
+}
+
 #[test]
 fn select_waits_sends_times_out_and_defaults() {
     spindle::run(|| {

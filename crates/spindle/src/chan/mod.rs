@@ -65,6 +65,9 @@ pub(crate) enum SlotState<T> {
 
 pub(crate) type Slot<T> = Arc<Mutex<SlotState<T>>>;
 
+/// Receivers' slots a channel keeps for reuse.
+const MAX_SPARE_SLOTS: usize = 4;
+
 fn slot<T>(s: SlotState<T>) -> Slot<T> {
     Arc::new(Mutex::new(s))
 }
@@ -91,6 +94,10 @@ pub(crate) struct State<T> {
     pub(crate) receivers_waiting: WaitQueue<Slot<T>>,
     /// Parked senders, each with the slot holding the value it sends.
     pub(crate) senders_waiting: WaitQueue<Slot<T>>,
+    /// Receivers' slots whose hand-over is done, for the next receiver
+    /// that parks: taken only once nobody else holds them, so a channel
+    /// used in a loop allocates no slot per wait.
+    spare_slots: Vec<Slot<T>>,
     pub(crate) senders: usize,
     pub(crate) receivers: usize,
 }
@@ -120,9 +127,26 @@ impl<T> State<T> {
 
     /// Hands `value` to the first parked receiver whose wait is pending.
     pub(crate) fn give_to_receiver(&mut self, value: T) -> Result<(), T> {
-        self.receivers_waiting.hand_over(value, put, |slot| {
+        let taken_by = self.receivers_waiting.hand_over(value, put, |slot| {
             take(slot).expect("our value is still there")
-        })
+        })?;
+        if self.spare_slots.len() < MAX_SPARE_SLOTS {
+            self.spare_slots.push(taken_by);
+        }
+        Ok(())
+    }
+
+    /// An empty slot for a receiver about to park: a spare one that
+    /// nobody else holds any more (its receiver has taken its value and
+    /// let go), or a new one.
+    fn receiver_slot(&mut self) -> Slot<T> {
+        if let Some(mut spare) = self.spare_slots.pop() {
+            if let Some(state) = Arc::get_mut(&mut spare) {
+                *state.get_mut().unwrap_or_else(|e| e.into_inner()) = SlotState::Empty;
+                return spare;
+            }
+        }
+        slot(SlotState::Empty)
     }
 
     /// Takes the value of the first parked sender whose wait is pending.
@@ -175,6 +199,7 @@ fn new_chan<T>(cap: Option<usize>) -> (Sender<T>, Receiver<T>) {
             cap,
             receivers_waiting: WaitQueue::new(),
             senders_waiting: WaitQueue::new(),
+            spare_slots: Vec::new(),
             senders: 1,
             receivers: 1,
         }),
@@ -355,7 +380,7 @@ impl<T> Receiver<T> {
                     disconnected = true;
                     return false;
                 }
-                let s = slot(SlotState::Empty);
+                let s = st.receiver_slot();
                 st.receivers_waiting.push(notify, s.clone());
                 my_slot = Some(s);
                 true

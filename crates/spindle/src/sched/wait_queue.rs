@@ -82,18 +82,19 @@ impl<T> WaitQueue<T> {
     /// Hands `value` to the first pending waiter: `give` stores it in the
     /// waiter's data *before* the wake (so the waiter finds it when it
     /// runs), and if that waiter's wait had already ended, `take_back`
-    /// recovers it for the next. Gives the value back if nobody took it.
+    /// recovers it for the next. Returns the data of the waiter that took
+    /// it, or gives the value back if nobody did.
     pub(crate) fn hand_over<V>(
         &mut self,
         value: V,
         mut give: impl FnMut(&T, V),
         mut take_back: impl FnMut(&T) -> V,
-    ) -> Result<(), V> {
+    ) -> Result<T, V> {
         let mut value = value;
         while let Some(w) = self.entries.pop_front() {
             give(&w.data, value);
             if w.notify.wake(Wake::Ready) {
-                return Ok(());
+                return Ok(w.data);
             }
             value = take_back(&w.data);
         }
@@ -162,11 +163,11 @@ mod tests {
         assert!(a.wake(Wake::Cancelled));
         let put = |slot: &std::sync::Mutex<Option<u32>>, v| *slot.lock().unwrap() = Some(v);
         let take = |slot: &std::sync::Mutex<Option<u32>>| slot.lock().unwrap().take().unwrap();
-        assert_eq!(q.hand_over(7, put, take), Ok(()));
+        assert!(q.hand_over(7, put, take).is_ok());
         assert_eq!(wb.outcome(), Some(Wake::Ready));
         assert!(q.is_empty());
         // Nobody left: the value comes back.
-        assert_eq!(q.hand_over(8, put, take), Err(8));
+        assert_eq!(q.hand_over(8, put, take).err(), Some(8));
     }
 
     #[test]
