@@ -46,12 +46,10 @@ pub(crate) fn take() -> HeaderMap {
 
 /// Keeps `map`, emptied, for a later [`take`] on this thread — unless it
 /// never allocated, grew too large, or this thread has enough spares.
-pub(crate) fn give(mut map: HeaderMap) {
-    let capacity = map.capacity();
-    if capacity == 0 || capacity > MAX_CAPACITY {
+pub(crate) fn give(map: HeaderMap) {
+    let Some(map) = recycle(map) else {
         return;
-    }
-    map.clear();
+    };
     // During thread teardown the map is simply dropped.
     let _ = SPARE.try_with(move |spare| {
         let mut spare = spare.borrow_mut();
@@ -59,6 +57,18 @@ pub(crate) fn give(mut map: HeaderMap) {
             spare.push(map);
         }
     });
+}
+
+/// `map` emptied, if it is worth keeping: it allocated, and not past
+/// [`MAX_CAPACITY`]. For a caller that keeps it itself — a connection whose
+/// next request is already read hands it straight to that request.
+pub(crate) fn recycle(mut map: HeaderMap) -> Option<HeaderMap> {
+    let capacity = map.capacity();
+    if capacity == 0 || capacity > MAX_CAPACITY {
+        return None;
+    }
+    map.clear();
+    Some(map)
 }
 
 #[cfg(test)]

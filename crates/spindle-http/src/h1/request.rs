@@ -106,8 +106,11 @@ pub(crate) fn parse_request<B>(
         Some(1) => Version::HTTP_11,
         _ => return Err(StatusCode::HTTP_VERSION_NOT_SUPPORTED),
     };
-    let method = Method::from_bytes(req.method.unwrap_or("").as_bytes())
-        .map_err(|_| StatusCode::BAD_REQUEST)?;
+    let method = match req.method.unwrap_or("").as_bytes() {
+        // Most requests are GETs: no general lookup for them.
+        b"GET" => Method::GET,
+        other => Method::from_bytes(other).map_err(|_| StatusCode::BAD_REQUEST)?,
+    };
     // A copy of the head, which the target and header values share: the
     // connection's read buffer is then free to be handed on while the
     // request lives (see `read_buf`, and `head_arena` for where it lives).
