@@ -191,6 +191,38 @@ fn pipelined_requests_are_answered_in_order() {
     assert!(a < b && b < c, "{r}");
 }
 
+/// A response's header map, emptied, becomes the next pipelined request's:
+/// nothing of the response may show in that request, and a response
+/// whose map grew large is not the one handed on.
+#[test]
+fn a_pipelined_request_sees_only_its_own_headers() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let addr = start_with(&rt, ServerConfig::default(), |req: Request<Body>| {
+        let mut seen: Vec<String> = req.headers().keys().map(|k| k.to_string()).collect();
+        seen.sort();
+        let mut r = Response::new(Body::from(format!("[{}]", seen.join(","))));
+        let many = if req.uri().path() == "/many" { 100 } else { 1 };
+        for i in 0..many {
+            r.headers_mut().insert(
+                http::HeaderName::from_bytes(format!("x-leak-{i}").as_bytes()).unwrap(),
+                http::HeaderValue::from_static("v"),
+            );
+        }
+        r
+    });
+    let mut pipelined = Vec::new();
+    for path in ["/a", "/many", "/b", "/c"] {
+        pipelined.extend_from_slice(
+            format!("GET {path} HTTP/1.1\r\nHost: a\r\nX-Mine: 1\r\n\r\n").as_bytes(),
+        );
+    }
+    pipelined.extend_from_slice(b"GET /d HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    let r = raw(addr, &pipelined);
+    assert_eq!(r.matches("[host,x-mine]").count(), 4, "{r}");
+    assert_eq!(r.matches("[connection,host]").count(), 1, "{r}");
+    assert!(!r.contains("[x-leak") && !r.contains(",x-leak"), "{r}");
+}
+
 /// The sender reads a streamed body straight into the buffer each chunk
 /// goes out from, which starts small and grows: every size around its
 /// steps must arrive whole and correctly framed to a strict client.
