@@ -11,7 +11,8 @@
 //! the shape the next request needs. hyper keeps the same map per
 //! connection; here the spares are kept per thread instead, so an idle
 //! connection holds none and a connection that waits between requests
-//! still finds one.
+//! still finds one. Only a connection whose next request is already read
+//! (pipelined) keeps the map itself, for that request ([`recycle`]).
 //!
 //! Bounded both ways: at most [`KEPT`] spares per thread, and a map that
 //! grew past [`MAX_CAPACITY`] fields is freed rather than kept, so one
