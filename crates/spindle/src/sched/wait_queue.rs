@@ -163,7 +163,9 @@ mod tests {
         assert!(a.wake(Wake::Cancelled));
         let put = |slot: &std::sync::Mutex<Option<u32>>, v| *slot.lock().unwrap() = Some(v);
         let take = |slot: &std::sync::Mutex<Option<u32>>| slot.lock().unwrap().take().unwrap();
-        assert!(q.hand_over(7, put, take).is_ok());
+        // The data of the waiter that took it comes back, holding the value.
+        let taken_by = q.hand_over(7, put, take).expect("b takes it");
+        assert_eq!(*taken_by.lock().unwrap(), Some(7));
         assert_eq!(wb.outcome(), Some(Wake::Ready));
         assert!(q.is_empty());
         // Nobody left: the value comes back.
