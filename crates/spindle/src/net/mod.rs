@@ -33,6 +33,7 @@
 //! ```
 
 mod accept;
+mod sys;
 mod tcp;
 mod udp;
 mod unix;

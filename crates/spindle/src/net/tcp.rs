@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use socket2::{Domain, Socket, Type};
 
-use super::{each_addr, retry, Dir, Owned, Timed};
+use super::{each_addr, retry, sys, Dir, Owned, Timed};
 
 /// A TCP server socket. `accept` parks the calling fiber until a
 /// connection arrives; a listener's wake-up is admitted ahead of queued
@@ -322,12 +322,14 @@ impl TcpStream {
     /// ```
     pub fn wait_readable(&self) -> io::Result<()> {
         let mut probe = [0u8; 1];
-        self.sock.wait_readable_stream(|sock| sock.peek(&mut probe))
+        self.sock
+            .wait_readable_stream(|sock| sys::recv(sock.as_raw_fd(), &mut probe, libc::MSG_PEEK))
     }
 
     /// Reads without consuming (`MSG_PEEK`).
     pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.sock.reading(|sock| sock.peek(buf))
+        self.sock
+            .reading(|sock| sys::recv(sock.as_raw_fd(), buf, libc::MSG_PEEK))
     }
 
     /// Peeks without waiting: `WouldBlock` if nothing has arrived, `Ok(0)`
@@ -348,7 +350,7 @@ impl TcpStream {
     /// });
     /// ```
     pub fn try_peek(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.sock.get().peek(buf)
+        sys::recv(self.sock.fd(), buf, libc::MSG_PEEK)
     }
 
     /// Peeks as a poll: `Ready` with what [`peek`](Self::peek) would answer
@@ -375,7 +377,8 @@ impl TcpStream {
     /// });
     /// ```
     pub fn poll_peek(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
-        self.sock.poll_peek_stream(cx, |sock| sock.peek(buf))
+        self.sock
+            .poll_peek_stream(cx, |sock| sys::recv(sock.as_raw_fd(), buf, libc::MSG_PEEK))
     }
 
     /// Withdraws `waker`, left registered by a [`poll_peek`](Self::poll_peek)
@@ -416,7 +419,8 @@ impl TcpStream {
     /// });
     /// ```
     pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.sock.try_reading(|mut sock| Read::read(&mut sock, buf))
+        self.sock
+            .try_reading(|sock| sys::recv(sock.as_raw_fd(), buf, 0))
     }
 
     /// Writes without waiting: `WouldBlock` when the send buffer is full.
@@ -429,7 +433,7 @@ impl TcpStream {
     /// });
     /// ```
     pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
-        Write::write(&mut self.sock.get(), buf)
+        sys::send(self.sock.fd(), buf)
     }
 
     /// [`try_write`](Self::try_write) from several buffers at once.
@@ -444,7 +448,7 @@ impl TcpStream {
     /// });
     /// ```
     pub fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        Write::write_vectored(&mut self.sock.get(), bufs)
+        sys::send_vectored(self.sock.fd(), bufs)
     }
 
     /// Polls for read readiness, after a [`try_read`](Self::try_read) that
@@ -532,26 +536,26 @@ impl Read for &TcpStream {
         let s = *self;
         let len = buf.len();
         s.sock
-            .reading_stream(len, |mut sock| Read::read(&mut sock, buf))
+            .reading_stream(len, |sock| sys::recv(sock.as_raw_fd(), buf, 0))
     }
 
     fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
         let s = *self;
         s.sock
-            .reading(|mut sock| Read::read_vectored(&mut sock, bufs))
+            .reading(|sock| sys::recv_vectored(sock.as_raw_fd(), bufs))
     }
 }
 
 impl Write for &TcpStream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let s = *self;
-        s.sock.writing(|mut sock| Write::write(&mut sock, buf))
+        s.sock.writing(|sock| sys::send(sock.as_raw_fd(), buf))
     }
 
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         let s = *self;
         s.sock
-            .writing(|mut sock| Write::write_vectored(&mut sock, bufs))
+            .writing(|sock| sys::send_vectored(sock.as_raw_fd(), bufs))
     }
 
     fn flush(&mut self) -> io::Result<()> {

@@ -2,11 +2,12 @@
 
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
+use std::os::fd::AsRawFd;
 use std::os::unix::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use super::{retry, Dir, Owned, Timed};
+use super::{retry, sys, Dir, Owned, Timed};
 
 /// A Unix-socket server; `accept` parks the calling fiber.
 ///
@@ -166,14 +167,14 @@ impl Read for &UnixStream {
         let s = *self;
         let len = buf.len();
         s.sock
-            .reading_stream(len, |mut sock| Read::read(&mut sock, buf))
+            .reading_stream(len, |sock| sys::recv(sock.as_raw_fd(), buf, 0))
     }
 }
 
 impl Write for &UnixStream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let s = *self;
-        s.sock.writing(|mut sock| Write::write(&mut sock, buf))
+        s.sock.writing(|sock| sys::send(sock.as_raw_fd(), buf))
     }
 
     fn flush(&mut self) -> io::Result<()> {

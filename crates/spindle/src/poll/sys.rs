@@ -46,10 +46,24 @@ impl Epoll {
     pub(crate) fn wait(&self, events: &mut Vec<libc::epoll_event>, timeout_ms: i32) -> usize {
         events.clear();
         let cap = events.capacity().max(1) as libc::c_int;
+        // A plain `epoll_pwait` with no signal mask (`epoll_wait` itself,
+        // and the one of the two aarch64 has), not libc's function, which
+        // brackets it as a thread-cancellation point with two atomic
+        // updates of no use here (see `net::sys` for the same on sockets).
         // SAFETY: the kernel writes at most `cap` events into the vector's
-        // spare capacity; we then set the length to what it reported.
-        let n =
-            unsafe { libc::epoll_wait(self.fd.as_raw_fd(), events.as_mut_ptr(), cap, timeout_ms) };
+        // spare capacity; we then set the length to what it reported. A
+        // null mask leaves the thread's signal mask alone.
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_epoll_pwait,
+                self.fd.as_raw_fd() as libc::c_long,
+                events.as_mut_ptr(),
+                cap as libc::c_long,
+                timeout_ms as libc::c_long,
+                std::ptr::null::<libc::sigset_t>(),
+                0 as libc::c_long,
+            )
+        };
         if n > 0 {
             // SAFETY: the first `n` entries were initialised by the kernel.
             unsafe { events.set_len(n as usize) };
