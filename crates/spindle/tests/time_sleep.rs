@@ -253,6 +253,50 @@ fn a_read_deadline_rearmed_on_every_read_keeps_one_timer_entry() {
     });
 }
 
+/// A read deadline re-armed by later reads keeps its first timer entry,
+/// and a worker about to sleep leaves an entry far ahead where it is: the
+/// worker wakes when the stale entry is due, moves it, and the read still
+/// times out at its own deadline — never at the stale one, and not never.
+#[test]
+fn a_kept_timer_entry_due_while_the_worker_sleeps_times_out_the_read_at_its_own_deadline() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    rt.run(|| {
+        use std::io::{Read, Write};
+        let timeout = Duration::from_millis(300);
+        let (a, mut b) = spindle::net::UnixStream::pair().unwrap();
+        a.set_read_timeout(Some(timeout)).unwrap();
+        let writer = spindle::spawn(move || {
+            for _ in 0..3 {
+                spindle::time::sleep(Duration::from_millis(50));
+                b.write_all(b"x").unwrap();
+            }
+            // Kept open: the last read must end by its deadline, not EOF.
+            spindle::time::sleep(Duration::from_secs(5));
+            drop(b);
+        });
+        // The first read arms the entry, 300 ms ahead; the reads that
+        // follow (50 ms apart) re-arm the deadline later and keep it, so it
+        // comes due in the middle of the last read's wait, worker asleep.
+        for _ in 0..3 {
+            assert_eq!((&a).read(&mut [0u8; 1]).unwrap(), 1);
+        }
+        let started = Instant::now();
+        let err = (&a).read(&mut [0u8; 1]).unwrap_err();
+        let waited = started.elapsed();
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+        assert!(
+            waited >= timeout,
+            "timed out after {waited:?}, before its {timeout:?}"
+        );
+        assert!(
+            waited < Duration::from_secs(4),
+            "timed out only after {waited:?}"
+        );
+        writer.cancel();
+        let _ = writer.join();
+    });
+}
+
 /// Deadlines that shrink from one wait to the next arm a new entry each
 /// time, and finished fibers leave theirs behind: such entries are
 /// dropped in bulk, so the heap stays within a bound.

@@ -73,14 +73,16 @@ impl Worker {
     }
 
     fn sleep_inner(&self) {
+        let time = &self.sched.time;
+        let paused = time.is_paused();
         let next_deadline = self.state.with(|s| {
             s.pool.trim();
-            s.timers.settle();
+            // All of the heap on a paused clock (`poll::timer`).
+            let until = (!paused).then(|| Instant::now() + crate::poll::timer::SETTLE_AHEAD);
+            s.timers.settle(until);
             self.publish_timer_entries(s.timers.len());
             s.timers.next_deadline()
         });
-        let time = &self.sched.time;
-        let paused = time.is_paused();
         // On a paused clock no real wait ends at a timer: the clock moves by
         // `advance` or the auto-advance below. The deadline is published
         // before this worker counts itself a sleeper (`time_source`).
