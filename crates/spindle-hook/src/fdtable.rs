@@ -8,8 +8,8 @@
 //! per-call `MSG_DONTWAIT`); a hooked call that met `EAGAIN` must know
 //! whether the *caller* asked for non-blocking I/O (then `EAGAIN` is the
 //! answer) or not (then the fiber waits). Asking the kernel (`fstat`,
-//! `fcntl(F_GETFL)`) costs a syscall each time, and Spindle's own sockets
-//! meet `EAGAIN` on every idle read. So the answers are cached here, one
+//! `fcntl(F_GETFL)`) costs a syscall each time, and a connection's reader
+//! meets `EAGAIN` on every idle read. So the answers are cached here, one
 //! word per fd, in a table indexed by fd number that is never freed
 //! (chunks of `mmap`ed memory: no allocator, safe in a signal handler).
 //!
