@@ -486,3 +486,57 @@ fn wait_readable_after_a_short_read_waits_for_the_next_byte_and_for_no_longer_th
         assert_eq!(&buf[..1], b"d");
     });
 }
+
+/// Writing to a peer that has gone is an `EPIPE` error, never a `SIGPIPE`
+/// that kills the process — even where the signal has its default action
+/// (a Rust program ignores it; a C host, or a library that reset it, may
+/// not), and for vectored writes too, which `writev` could not promise.
+/// Checked in a child process, the only one whose `SIGPIPE` is set back to
+/// the default.
+#[test]
+fn writes_to_a_gone_peer_fail_with_epipe_where_sigpipe_would_kill() {
+    const NAME: &str = "writes_to_a_gone_peer_fail_with_epipe_where_sigpipe_would_kill";
+    if std::env::var_os("SPINDLE_SIGPIPE_CHILD").is_none() {
+        let out = common::this_test_binary()
+            .args(["--exact", NAME, "--test-threads=1"])
+            .env("SPINDLE_SIGPIPE_CHILD", "1")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("1 passed"),
+            "the child: {:?}\n{stdout}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
+    // SAFETY: setting a signal's disposition to its default is a plain
+    // syscall; this child process runs this one test on one thread.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    spindle::run(|| {
+        use std::io::IoSlice;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        drop(server);
+        // The first write may be taken before the peer's reset comes back;
+        // the ones after it meet the closed connection.
+        let mut errors = Vec::new();
+        for i in 0..50 {
+            let r = if i % 2 == 0 {
+                (&client).write(b"x")
+            } else {
+                (&client).write_vectored(&[IoSlice::new(b"a"), IoSlice::new(b"b")])
+            };
+            if let Err(e) = r {
+                errors.push(e.kind());
+            }
+            spindle::time::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            errors.contains(&ErrorKind::BrokenPipe),
+            "no EPIPE among {errors:?}"
+        );
+    });
+}
