@@ -538,5 +538,10 @@ fn writes_to_a_gone_peer_fail_with_epipe_where_sigpipe_would_kill() {
             errors.contains(&ErrorKind::BrokenPipe),
             "no EPIPE among {errors:?}"
         );
+        // A Unix stream's writes too.
+        let (a, b) = spindle::net::UnixStream::pair().unwrap();
+        drop(b);
+        let err = (&a).write(b"x").unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::BrokenPipe);
     });
 }
