@@ -95,8 +95,13 @@ def main():
     for guest in guests:
         old = statistics.median(cpu[(guest, a.old)])
         new = statistics.median(cpu[(guest, a.new)])
+        olds, news = cpu[(guest, a.old)], cpu[(guest, a.new)]
+        paired = statistics.median(n / o for n, o in zip(news, olds))
         print(f"{guest:10s} CPU µs/request (c{a.conns}): old {old:.2f}  new {new:.2f}  "
-              f"new/old {new / old:.3f}")
+              f"new/old {new / old:.3f}  (best rounds {min(olds):.2f} {min(news):.2f}, "
+              f"median of per-round new/old {paired:.3f})")
+        print(f"{'':10s} rounds old: {' '.join('%.2f' % x for x in olds)}")
+        print(f"{'':10s} rounds new: {' '.join('%.2f' % x for x in news)}")
     for b, label in ((a.old, "old"), (a.new, "new")):
         if b in mem:
             mib = statistics.median(m[0] for m in mem[b])

@@ -22,16 +22,19 @@
 //!
 //! A worker about to sleep first *settles* the top of its heap (drops the
 //! entries that would do nothing, moves a lazily kept one to its wait's
-//! deadline), so it sleeps until a deadline that ends something — but only
-//! the entries due within [`SETTLE_AHEAD`] on the real clock. Settling an
-//! entry costs a heap pop and push, and a connection that re-waited since
-//! the worker last slept has a kept entry to move: settling them all, on a
-//! server that goes idle between batches of requests, was a pop and a push
-//! per request (about 5 % of a served request's instructions). Left alone,
-//! an entry due later costs at most one early wake when its time comes, and
-//! only if the worker is asleep then; and it is moved once per its wait's
-//! timeout, not once per wait. A paused clock settles everything: its
-//! auto-advance must not jump to an entry that ends nothing.
+//! deadline), so it sleeps until a deadline that ends something. Dead
+//! entries go however far ahead they are (a pop each: a request's deadline
+//! future, dropped when the request is done, leaves one per request), but
+//! kept entries are moved only when due within [`SETTLE_AHEAD`] on the real
+//! clock. Moving one is a pop and a push, and a connection that re-waited
+//! since the worker last slept has a kept entry to move: moving them all,
+//! on a server that goes idle between batches of requests, was a pop and a
+//! push per request (about 5 % of a served request's instructions). Left
+//! alone, a kept entry due later costs at most one early wake when its time
+//! comes, and only if the worker is asleep then; and it is moved once per
+//! its wait's timeout, not once per wait. A paused clock settles
+//! everything: its auto-advance must not jump to an entry that ends
+//! nothing.
 //!
 //! A future's timer is a shared [`TimerSlot`] holding its waker: the future
 //! swaps in a new waker without arming again, and empties the slot when it
@@ -221,17 +224,16 @@ impl TimerHeap {
     /// Settles the top of the heap for a worker about to sleep: drops the
     /// entries that would end nothing and moves a fiber's lazily kept entry
     /// to its wait's deadline, so that [`next_deadline`](Self::next_deadline)
-    /// is a deadline at which something happens — up to `until` (`None`:
-    /// however far that is). An entry past `until` stays as it is: if it
-    /// comes due while the worker sleeps, the worker wakes once for it.
-    pub(crate) fn settle(&mut self, until: Option<Instant>) {
+    /// is a deadline at which something happens. A kept entry due after
+    /// `move_until` (`None`: no limit) is not moved but left as it is: if
+    /// it comes due while the worker sleeps, the worker wakes once for it.
+    /// (Dropping an entry is a pop, moving one a pop and a push.)
+    pub(crate) fn settle(&mut self, move_until: Option<Instant>) {
         while let Some(top) = self.heap.peek() {
-            if until.is_some_and(|until| top.deadline > until) {
-                return;
-            }
             let later = match &top.target {
                 TimerTarget::Fiber(fiber) => match peek_timer_entry(fiber, top.deadline) {
                     Some(due) if due <= top.deadline => return,
+                    Some(_) if move_until.is_some_and(|until| top.deadline > until) => return,
                     later => later,
                 },
                 TimerTarget::Waker(slot) if slot.is_live() => return,

@@ -77,9 +77,10 @@ impl Worker {
         let paused = time.is_paused();
         let next_deadline = self.state.with(|s| {
             s.pool.trim();
-            // All of the heap on a paused clock (`poll::timer`).
-            let until = (!paused).then(|| Instant::now() + crate::poll::timer::SETTLE_AHEAD);
-            s.timers.settle(until);
+            // Kept entries moved only if due soon, except on a paused clock
+            // (`poll::timer`).
+            let move_until = (!paused).then(|| Instant::now() + crate::poll::timer::SETTLE_AHEAD);
+            s.timers.settle(move_until);
             self.publish_timer_entries(s.timers.len());
             s.timers.next_deadline()
         });
