@@ -57,9 +57,9 @@ use crate::fiber::wait::{
 };
 use crate::fiber::{FiberRef, Placement, Stamp};
 
-/// How far ahead of now a worker about to sleep settles its heap (see the
-/// module docs): `epoll_wait`'s resolution, so no settled-for sleep is
-/// shorter than a sleep can be.
+/// How far ahead of now a worker about to sleep moves kept entries to
+/// their waits' deadlines (see the module docs): `epoll_wait`'s resolution,
+/// the shortest sleep there is.
 pub(crate) const SETTLE_AHEAD: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// What a timer wakes.

@@ -159,11 +159,11 @@ impl ClockBound {
     /// The bound for this machine; `None` if the coarse clock is missing
     /// or too coarse.
     pub(crate) fn new() -> Option<ClockBound> {
-        let resolution = clock_ns(libc::CLOCK_MONOTONIC_COARSE, true)?;
+        let resolution = clock_resolution_ns(libc::CLOCK_MONOTONIC_COARSE)?;
         if resolution == 0 || resolution > Self::MAX_RESOLUTION_NS {
             return None;
         }
-        let base_ns = clock_ns(libc::CLOCK_MONOTONIC, false)?;
+        let base_ns = clock_ns(libc::CLOCK_MONOTONIC)?;
         let base = Instant::now();
         Some(ClockBound {
             base,
@@ -177,31 +177,37 @@ impl ClockBound {
     /// clock, so the instant is at or after that sum.
     #[inline]
     pub(crate) fn ahead_of_now(&self) -> Option<Instant> {
-        let coarse = clock_ns(libc::CLOCK_MONOTONIC_COARSE, false)?;
+        let coarse = clock_ns(libc::CLOCK_MONOTONIC_COARSE)?;
         let ahead = (coarse + self.margin_ns).checked_sub(self.base_ns)?;
         self.base.checked_add(Duration::from_nanos(ahead))
     }
 }
 
-/// `clock`'s reading (or, with `resolution`, its resolution) in
-/// nanoseconds.
+/// `clock`'s reading in nanoseconds.
 #[inline]
-fn clock_ns(clock: libc::clockid_t, resolution: bool) -> Option<u64> {
+fn clock_ns(clock: libc::clockid_t) -> Option<u64> {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: `ts` is a valid timespec for the call to write.
-    let rc = unsafe {
-        if resolution {
-            libc::clock_getres(clock, &mut ts)
-        } else {
-            libc::clock_gettime(clock, &mut ts)
-        }
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
+    (rc == 0).then_some(ts).and_then(timespec_ns)
+}
+
+/// `clock`'s resolution in nanoseconds.
+fn clock_resolution_ns(clock: libc::clockid_t) -> Option<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
     };
-    if rc != 0 {
-        return None;
-    }
+    // SAFETY: as in `clock_ns`.
+    let rc = unsafe { libc::clock_getres(clock, &mut ts) };
+    (rc == 0).then_some(ts).and_then(timespec_ns)
+}
+
+#[inline]
+fn timespec_ns(ts: libc::timespec) -> Option<u64> {
     Some(u64::try_from(ts.tv_sec).ok()? * 1_000_000_000 + u64::try_from(ts.tv_nsec).ok()?)
 }
 
