@@ -519,7 +519,7 @@ pub(crate) fn stats_of(sched: &Scheduler) -> Stats {
     Stats {
         live_fibers: sched.live_fibers(),
         global_queued: sched.global.len(),
-        wait_registrations: sched.registrations.load(Ordering::Relaxed),
+        wait_registrations: sched.wait_registrations(),
         workers: sched
             .workers
             .iter()

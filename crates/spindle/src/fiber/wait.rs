@@ -135,11 +135,11 @@ impl WaitToken {
     /// Starts a new wait of `fiber` (its owner only, on the fiber) and
     /// returns the token wakers will hold. A *shielded* wait is not ended
     /// by [`cancel`].
-    pub(crate) fn begin(fiber: &FiberRef, shielded: bool) -> WaitToken {
+    pub(crate) fn begin(fiber: FiberRef, shielded: bool) -> WaitToken {
         let pending = if shielded { SHIELDED } else { WAITING };
         WaitToken {
-            fiber: fiber.clone(),
             seq: fiber.header.wait.begin(pending),
+            fiber,
             pending,
         }
     }

@@ -170,6 +170,11 @@ pub(crate) struct WorkerShared {
     pub(crate) finished: AtomicU64,
     pub(crate) local_len: AtomicUsize,
     pub(crate) stacks_pooled: AtomicUsize,
+    /// Fiber waits published and ended on this worker (only it writes
+    /// them: no locked RMW per wait); a wait may end on another worker, so
+    /// only the sums over all workers mean anything (`wait_registrations`).
+    pub(crate) waits_begun: AtomicU64,
+    pub(crate) waits_ended: AtomicU64,
     /// Entries in the worker's timer heap, as of its last change there.
     pub(crate) timer_entries: AtomicUsize,
     /// Id of the fiber the worker is running (0: none), for diagnostics.
@@ -214,6 +219,8 @@ impl WorkerShared {
             finished: AtomicU64::new(0),
             local_len: AtomicUsize::new(0),
             stacks_pooled: AtomicUsize::new(0),
+            waits_begun: AtomicU64::new(0),
+            waits_ended: AtomicU64::new(0),
             timer_entries: AtomicUsize::new(0),
             running_fiber: AtomicU64::new(0),
             running_header: AtomicPtr::new(std::ptr::null_mut()),
@@ -282,6 +289,19 @@ impl Scheduler {
 
     pub(crate) fn is_cancelling(&self) -> bool {
         self.cancelling.load(Ordering::Acquire)
+    }
+
+    /// Waits published and not yet ended: plain threads' and off-worker
+    /// ones (`registrations`) and the workers' own counts. The counters are
+    /// read one after another, so a wait that begins on one worker while
+    /// its end on another is read could show as ended first: clamped at 0.
+    pub(crate) fn wait_registrations(&self) -> usize {
+        let mut open = self.registrations.load(Ordering::Relaxed) as i64;
+        for w in self.workers.iter() {
+            open += w.waits_begun.load(Ordering::Acquire) as i64;
+            open -= w.waits_ended.load(Ordering::Acquire) as i64;
+        }
+        open.max(0) as usize
     }
 
     /// Fibers spawned and not yet finished (running, runnable or parked).
@@ -443,6 +463,9 @@ impl Schedule for Scheduler {
     }
 
     fn count_wait(&self, published: bool) {
+        if worker::count_wait_here(self, published) {
+            return;
+        }
         if published {
             self.registrations.fetch_add(1, Ordering::Relaxed);
         } else {

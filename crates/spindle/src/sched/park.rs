@@ -134,16 +134,17 @@ fn wait_with(
     unregister: impl FnOnce(&WaitToken),
 ) -> Wake {
     let fiber = super::worker::current_fiber().expect("spindle: wait outside a fiber");
-    let header = &fiber.header;
-    if !shielded && header.cancelled.is_raised() {
+    if !shielded && fiber.header.cancelled.is_raised() {
         return Wake::Cancelled;
     }
     let (deadline, from_timeout) = if shielded {
         (deadline, false)
     } else {
-        effective_deadline(header, deadline)
+        effective_deadline(&fiber.header, deadline)
     };
-    let token = WaitToken::begin(&fiber, shielded);
+    // The token holds the wait's reference to the fiber (one, not two).
+    let token = WaitToken::begin(fiber, shielded);
+    let header = &token.fiber().header;
     if !register(&token) {
         token.end_unwoken();
         return Wake::Ready;
@@ -237,8 +238,8 @@ pub(crate) fn park_until(deadline: Instant) {
     }
     // A wait nobody else holds a token for: only the timer can end it, and
     // an unpark (the park token) ends the loop early.
-    let header = &fiber.header;
-    let token = WaitToken::begin(&fiber, false);
+    let token = WaitToken::begin(fiber, false);
+    let header = &token.fiber().header;
     arm_timed_wait(&token, deadline);
     header.waiting_on.set(WaitKind::Park);
     crate::fiber::park_running();

@@ -141,6 +141,19 @@ pub(crate) fn push_if_owner(
     })
 }
 
+/// Counts a fiber wait published (`true`) or ended on the calling worker,
+/// if it belongs to `sched`; false when the caller must count it elsewhere.
+#[inline]
+pub(crate) fn count_wait_here(sched: &Scheduler, published: bool) -> bool {
+    with_worker(|w| match w {
+        Some(w) if std::ptr::eq(Arc::as_ptr(&w.sched), sched) => {
+            w.count_wait(published);
+            true
+        }
+        _ => false,
+    })
+}
+
 /// Arms a timer on the calling worker. Must be called on a fiber (whose
 /// worker is the only one that will ever run it).
 pub(crate) fn arm_timer(deadline: Instant, target: TimerTarget) {
