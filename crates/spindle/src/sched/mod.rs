@@ -147,7 +147,10 @@ pub(crate) struct Scheduler {
     pub(crate) fibers_done: Condvar,
     /// Fibers stopped by shutdown (unwound or never started).
     pub(crate) stopped: AtomicUsize,
-    /// Waits of this runtime's fibers published and not yet ended.
+    /// Waits of this runtime's fibers published and not yet ended, of
+    /// those counted off its workers (the workers count theirs in
+    /// `WorkerShared::waits_begun`/`waits_ended`; `wait_registrations`
+    /// sums all).
     pub(crate) registrations: AtomicUsize,
     /// Bumped to ask every worker for its part of a dump (see `dump`).
     pub(crate) dump_gen: AtomicU64,

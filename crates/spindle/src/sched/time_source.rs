@@ -186,23 +186,27 @@ impl ClockBound {
 /// `clock`'s reading in nanoseconds.
 #[inline]
 fn clock_ns(clock: libc::clockid_t) -> Option<u64> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec for the call to write.
-    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
-    (rc == 0).then_some(ts).and_then(timespec_ns)
+    clock_query(libc::clock_gettime, clock)
 }
 
 /// `clock`'s resolution in nanoseconds.
 fn clock_resolution_ns(clock: libc::clockid_t) -> Option<u64> {
+    clock_query(libc::clock_getres, clock)
+}
+
+/// `query` (`clock_gettime` or `clock_getres`) of `clock`, in nanoseconds.
+#[inline]
+fn clock_query(
+    query: unsafe extern "C" fn(libc::clockid_t, *mut libc::timespec) -> libc::c_int,
+    clock: libc::clockid_t,
+) -> Option<u64> {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: as in `clock_ns`.
-    let rc = unsafe { libc::clock_getres(clock, &mut ts) };
+    // SAFETY: both queries write one timespec through the pointer, which
+    // is valid for the call.
+    let rc = unsafe { query(clock, &mut ts) };
     (rc == 0).then_some(ts).and_then(timespec_ns)
 }
 
