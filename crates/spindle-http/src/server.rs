@@ -25,10 +25,11 @@
 //! response; every other connection goes on. A handler that panics gets
 //! its client a 500 and its connection closed.
 
+use std::collections::HashMap;
 use std::io::{self, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use http::{Request, Response};
@@ -57,19 +58,66 @@ pub struct Server {
 }
 
 /// What a [`ServerHandle`] sees of a running server.
-#[derive(Default)]
 struct ServerState {
     drain: Drain,
     /// The accept loops' fibers, for `drain` to stop them.
     accept_fibers: Mutex<Vec<spindle::Fiber>>,
     /// Open connections: their fiber and whether they sit idle between
-    /// requests.
-    /// A fiber-aware lock: `drain` waits on `closed` under it.
-    conns: spindle::sync::Mutex<
-        std::collections::HashMap<u64, (spindle::Fiber, Arc<std::sync::atomic::AtomicBool>)>,
-    >,
-    /// Signalled each time a connection closes.
-    closed: spindle::sync::Condvar,
+    /// requests. A plain lock, held only for a lookup or an update and
+    /// never across a wait: a connection's exit takes it while its fiber
+    /// is cancelled, and a fiber-aware lock is a cancellation point — a
+    /// contended one would unwind the exit before it unregistered.
+    conns: Mutex<HashMap<u64, (spindle::Fiber, Arc<AtomicBool>)>>,
+    /// A token sent each time a connection unregisters (kept if one is
+    /// already there), for `drain` to look at `conns` again. Sending never
+    /// waits, so it is not a cancellation point either.
+    closed_tx: spindle::chan::Sender<()>,
+    closed_rx: spindle::chan::Receiver<()>,
+    /// One drain at a time: they share the token.
+    draining: spindle::sync::Mutex<()>,
+}
+
+impl Default for ServerState {
+    fn default() -> ServerState {
+        let (closed_tx, closed_rx) = spindle::chan::bounded(1);
+        ServerState {
+            drain: Drain::default(),
+            accept_fibers: Mutex::default(),
+            conns: Mutex::default(),
+            closed_tx,
+            closed_rx,
+            draining: spindle::sync::Mutex::new(()),
+        }
+    }
+}
+
+impl ServerState {
+    fn conns(&self) -> MutexGuard<'_, HashMap<u64, (spindle::Fiber, Arc<AtomicBool>)>> {
+        self.conns.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits until no connection is open (true) or `until` passes.
+    fn wait_closed(&self, until: std::time::Instant) -> bool {
+        loop {
+            // A close after this look sends its token after it too, so
+            // the wait below ends for it; an older token only costs a
+            // second look.
+            if self.conns().is_empty() {
+                return true;
+            }
+            let now = std::time::Instant::now();
+            if now >= until {
+                return false;
+            }
+            let _ = self.closed_rx.recv_timeout(until - now);
+        }
+    }
+
+    /// A connection's exit: unregisters it, however the connection ended.
+    fn unregister(&self, id: u64) {
+        self.conns().remove(&id);
+        let _ = self.closed_tx.try_send(()); // full: a token is there already
+    }
 }
 
 /// Controls a running [`Server`] from another fiber or thread.
@@ -84,9 +132,10 @@ impl ServerHandle {
     /// after the response) until `deadline`, then cancels what is left.
     /// Returns how many connections had to be cancelled.
     pub fn drain(&self, deadline: std::time::Instant) -> usize {
-        self.state.drain.set();
-        for f in self
-            .state
+        let state = &*self.state;
+        let _one_at_a_time = state.draining.lock();
+        state.drain.set();
+        for f in state
             .accept_fibers
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -94,44 +143,33 @@ impl ServerHandle {
         {
             f.cancel();
         }
-        for (fiber, idle) in self.state.conns.lock().values() {
-            if idle.load(Ordering::SeqCst) {
-                fiber.cancel();
-            }
-        }
-        // Wait for the connections to close (each one's exit signals
-        // `closed`), until the deadline.
-        let mut conns = self.state.conns.lock();
-        while !conns.is_empty() {
-            let now = std::time::Instant::now();
-            if now >= deadline {
-                break;
-            }
-            conns = self.state.closed.wait_timeout(conns, deadline - now).0;
-        }
-        if conns.is_empty() {
-            return 0;
-        }
-        for (fiber, _) in conns.values() {
+        let idle: Vec<spindle::Fiber> = state
+            .conns()
+            .values()
+            .filter(|(_, idle)| idle.load(Ordering::SeqCst))
+            .map(|(fiber, _)| fiber.clone())
+            .collect();
+        for fiber in idle {
             fiber.cancel();
         }
-        let cancelled = conns.len();
+        // Each connection's exit sends a token: wait for them to close,
+        // until the deadline.
+        if state.wait_closed(deadline) {
+            return 0;
+        }
+        let left: Vec<spindle::Fiber> = state.conns().values().map(|(f, _)| f.clone()).collect();
+        for fiber in &left {
+            fiber.cancel();
+        }
         // Cancelled waits fail at once; give the fibers a moment to run
         // their failure paths and leave.
-        let grace = std::time::Instant::now() + Duration::from_secs(1);
-        while !conns.is_empty() {
-            let now = std::time::Instant::now();
-            if now >= grace {
-                break;
-            }
-            conns = self.state.closed.wait_timeout(conns, grace - now).0;
-        }
-        cancelled
+        state.wait_closed(std::time::Instant::now() + Duration::from_secs(1));
+        left.len()
     }
 
     /// Open connections right now.
     pub fn connections(&self) -> usize {
-        self.state.conns.lock().len()
+        self.state.conns().len()
     }
 }
 
@@ -278,7 +316,7 @@ impl Shared {
             }
             self.open.fetch_add(1, Ordering::Relaxed);
             let shared = self.clone();
-            let idle = Arc::new(std::sync::atomic::AtomicBool::new(true));
+            let idle = Arc::new(AtomicBool::new(true));
             let idle2 = idle.clone();
             // The connection is registered (for `drain`) before it runs.
             let (registered_tx, registered_rx) = spindle::chan::oneshot::<()>();
@@ -290,11 +328,8 @@ impl Shared {
                 struct Unregister(Arc<Shared>, u64);
                 impl Drop for Unregister {
                     fn drop(&mut self) {
-                        let mut conns = self.0.state.conns.lock();
-                        conns.remove(&self.1);
                         self.0.open.fetch_sub(1, Ordering::Relaxed);
-                        drop(conns);
-                        self.0.state.closed.notify_all();
+                        self.0.state.unregister(self.1);
                     }
                 }
                 let id = spindle::current().map(|f| f.id()).unwrap_or(0);
@@ -314,7 +349,7 @@ impl Shared {
             match spawned {
                 Ok(h) => {
                     let f = h.fiber().clone();
-                    state.conns.lock().insert(f.id(), (f, idle));
+                    state.conns().insert(f.id(), (f, idle));
                     let _ = registered_tx.send(());
                 }
                 Err(_) => {

@@ -461,6 +461,61 @@ fn drain_closes_idle_connections_finishes_in_flight_and_cancels_the_rest() {
     assert!(matches!(refused, Err(_) | Ok(0)), "{refused:?}");
 }
 
+/// Many idle keep-alive connections at once: `drain` cancels them all,
+/// and each one's exit unregisters it even though its fiber is cancelled
+/// and the registry is busy (other exits, the drain itself). An exit that
+/// had to wait for the registry's lock was unwound by the cancel, and its
+/// connection stayed counted: `drain` waited for its deadline and reported
+/// the closed connections as cancelled.
+#[test]
+fn draining_hundreds_of_idle_connections_leaves_none_counted() {
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let (addr, handle, served) = rt.run(|| {
+        let server = Server::bind("127.0.0.1:0").unwrap();
+        let addr = server.local_addr().unwrap();
+        let handle = server.handle();
+        (addr, handle, spindle::spawn(move || server.serve(handler)))
+    });
+    let mut idle: Vec<TcpStream> = (0..300)
+        .map(|i| {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            s.write_all(format!("GET /i{i} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes())
+                .unwrap();
+            s
+        })
+        .collect();
+    for (i, s) in idle.iter_mut().enumerate() {
+        let want = format!("GET /i{i} 0");
+        let mut got = Vec::new();
+        while !String::from_utf8_lossy(&got).ends_with(&want) {
+            let mut buf = [0u8; 512];
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "closed early");
+            got.extend_from_slice(&buf[..n]);
+        }
+    }
+    assert_eq!(handle.connections(), 300);
+    let start = Instant::now();
+    let h = handle.clone();
+    let cancelled = rt.run(move || h.drain(Instant::now() + Duration::from_secs(5)));
+    assert_eq!(
+        cancelled, 0,
+        "idle connections close at once, none is cut off"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(handle.connections(), 0);
+    for s in &mut idle {
+        let mut buf = [0u8; 16];
+        assert_eq!(s.read(&mut buf).unwrap_or(0), 0);
+    }
+    rt.run(move || served.join().unwrap()).unwrap();
+}
+
 /// Python keep-alive clients against each accept mode on two workers:
 /// which worker answered each request of each connection.
 fn workers_seen(mode: spindle::net::AcceptMode) -> Vec<Vec<u8>> {

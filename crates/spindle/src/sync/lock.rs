@@ -95,7 +95,11 @@ impl<T: ?Sized> Mutex<T> {
     /// Locks, parking the fiber (or blocking the thread) while another
     /// holder has it.
     ///
-    /// A cancellation point: a cancelled fiber leaves here by unwinding.
+    /// A cancellation point: a cancelled fiber leaves here by unwinding —
+    /// also from a destructor that runs after the fiber saw its cancel as
+    /// an error (only a destructor run *by* an unwind waits shielded). Work
+    /// that must finish on a cancelled fiber, such as removing itself from
+    /// a registry, belongs under a lock never held across a wait (`std`'s).
     pub fn lock(&self) -> MutexGuard<'_, T> {
         if self.state.try_lock() {
             return MutexGuard { lock: self };
