@@ -398,14 +398,7 @@ fn five_thousand_concurrent_keep_alive_connections() {
                 .unwrap();
         }
         for s in conns.iter_mut() {
-            let want = format!("GET /r{round} 0");
-            let mut got = Vec::new();
-            while !String::from_utf8_lossy(&got).ends_with(&want) {
-                let mut buf = [0u8; 512];
-                let n = s.read(&mut buf).unwrap();
-                assert!(n > 0, "closed early");
-                got.extend_from_slice(&buf[..n]);
-            }
+            read_until_it_ends_with(s, &format!("GET /r{round} 0"));
         }
     }
 }
@@ -461,6 +454,17 @@ fn drain_closes_idle_connections_finishes_in_flight_and_cancels_the_rest() {
     assert!(matches!(refused, Err(_) | Ok(0)), "{refused:?}");
 }
 
+/// Reads one keep-alive response: until what arrived ends with `want`.
+fn read_until_it_ends_with(s: &mut TcpStream, want: &str) {
+    let mut got = Vec::new();
+    while !String::from_utf8_lossy(&got).ends_with(want) {
+        let mut buf = [0u8; 512];
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "closed early");
+        got.extend_from_slice(&buf[..n]);
+    }
+}
+
 /// Many idle keep-alive connections at once: `drain` cancels them all,
 /// and each one's exit unregisters it even though its fiber is cancelled
 /// and the registry is busy (other exits, the drain itself). An exit that
@@ -486,14 +490,7 @@ fn draining_hundreds_of_idle_connections_leaves_none_counted() {
         })
         .collect();
     for (i, s) in idle.iter_mut().enumerate() {
-        let want = format!("GET /i{i} 0");
-        let mut got = Vec::new();
-        while !String::from_utf8_lossy(&got).ends_with(&want) {
-            let mut buf = [0u8; 512];
-            let n = s.read(&mut buf).unwrap();
-            assert!(n > 0, "closed early");
-            got.extend_from_slice(&buf[..n]);
-        }
+        read_until_it_ends_with(s, &format!("GET /i{i} 0"));
     }
     assert_eq!(handle.connections(), 300);
     let start = Instant::now();
