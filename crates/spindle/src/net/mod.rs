@@ -368,9 +368,13 @@ impl Timeout {
         }
     }
 
-    /// The deadline for a call starting now.
+    /// The deadline for a call starting now. A socket timeout is a bound
+    /// on a wait, as the kernel's `SO_RCVTIMEO` is (which counts in
+    /// scheduler ticks): one of a few seconds and up is measured from the
+    /// coarse clock's bound, so it ends at most 1 % late and never early,
+    /// without a precise clock read per wait (see `sched::time_source`).
     pub(crate) fn deadline(&self) -> Option<Instant> {
-        self.get().and_then(|d| crate::time::now().checked_add(d))
+        self.get().and_then(crate::sched::worker::deadline_after)
     }
 }
 

@@ -285,12 +285,16 @@ impl TcpStream {
     }
 
     /// A deadline for each read (`None`: wait forever). An expired read
-    /// fails with `TimedOut`.
+    /// fails with `TimedOut`, never before the timeout has passed; one of
+    /// a few seconds or more may pass up to 1 % late (it is measured from
+    /// the cheap coarse clock, as the kernel's own socket timeouts count in
+    /// scheduler ticks).
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         self.sock.read_timeout.set(t)
     }
 
-    /// A deadline for each write.
+    /// A deadline for each write, kept as the read one is
+    /// ([`set_read_timeout`](Self::set_read_timeout)).
     pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         self.sock.write_timeout.set(t)
     }

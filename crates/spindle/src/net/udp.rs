@@ -83,12 +83,16 @@ impl UdpSocket {
         self.sock.get().peer_addr()
     }
 
-    /// A deadline for each receive.
+    /// A deadline for each receive, kept as
+    /// [`TcpStream::set_read_timeout`](crate::net::TcpStream::set_read_timeout)
+    /// describes.
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         self.sock.read_timeout.set(t)
     }
 
-    /// A deadline for each send.
+    /// A deadline for each send, kept as
+    /// [`TcpStream::set_read_timeout`](crate::net::TcpStream::set_read_timeout)
+    /// describes.
     pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         self.sock.write_timeout.set(t)
     }

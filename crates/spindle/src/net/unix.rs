@@ -146,12 +146,16 @@ impl UnixStream {
         self.sock.get().peer_addr()
     }
 
-    /// A deadline for each read.
+    /// A deadline for each read, kept as
+    /// [`TcpStream::set_read_timeout`](crate::net::TcpStream::set_read_timeout)
+    /// describes.
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         self.sock.read_timeout.set(t)
     }
 
-    /// A deadline for each write.
+    /// A deadline for each write, kept as
+    /// [`TcpStream::set_read_timeout`](crate::net::TcpStream::set_read_timeout)
+    /// describes.
     pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         self.sock.write_timeout.set(t)
     }

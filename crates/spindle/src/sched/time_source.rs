@@ -42,6 +42,13 @@
 //! coarse clock ever lagged further (a timekeeping CPU starved by its
 //! host), a timer would fire late, at the busy worker's next precise look
 //! (every 16 dispatches), never early.
+//!
+//! One kind of deadline is computed from the bound: a socket timeout long
+//! enough that the margin is at most 1 % of it (a keep-alive wait of
+//! seconds, set before every request a server reads). It then ends up to
+//! the margin late and never early — the kernel's own socket timeouts
+//! count in ticks too — and a busy server skips a precise reading per
+//! request ([`TimeSource::deadline_after`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -102,6 +109,21 @@ impl TimeSource {
     #[inline]
     pub(crate) fn not_yet_reached(&self) -> Option<Instant> {
         self.bound.as_ref().and_then(ClockBound::ahead_of_now)
+    }
+
+    /// A deadline `after` from now for a timeout that tolerates ending a
+    /// little late: measured from the coarse bound when the bound's margin
+    /// is at most 1 % of `after` (so a timeout of a second or two and up
+    /// on a usual tick), else from the precise clock. Never early; late by
+    /// at most the margin. `None` past what an `Instant` can hold.
+    #[inline]
+    pub(crate) fn deadline_after(&self, after: Duration) -> Option<Instant> {
+        match &self.bound {
+            Some(b) if u128::from(b.margin_ns) * 100 <= after.as_nanos() => {
+                b.ahead_of_now()?.checked_add(after)
+            }
+            _ => self.now().checked_add(after),
+        }
     }
 
     /// Moves a paused clock forward to `to`, never back; false if the clock
@@ -229,6 +251,29 @@ mod tests {
         assert_eq!(t.now(), start + Duration::from_secs(3));
         assert!(!t.advance_to(start + Duration::from_secs(1)), "never back");
         assert_eq!(t.now(), start + Duration::from_secs(3));
+    }
+
+    #[test]
+    fn a_deadline_is_never_early_and_a_long_one_late_by_at_most_the_margin() {
+        let t = TimeSource::real();
+        let margin = t.bound.as_ref().map_or(0, |b| b.margin_ns);
+        for after in [
+            Duration::from_millis(1),
+            Duration::from_nanos(margin * 100),
+            Duration::from_secs(60),
+        ] {
+            let before = Instant::now();
+            let d = t.deadline_after(after).unwrap();
+            let then = Instant::now();
+            assert!(d >= before + after, "{after:?}: early");
+            let late = if u128::from(margin) * 100 <= after.as_nanos() {
+                Duration::from_nanos(margin)
+            } else {
+                Duration::ZERO
+            };
+            assert!(d <= then + after + late, "{after:?}: later than the margin");
+        }
+        assert_eq!(t.deadline_after(Duration::MAX), None);
     }
 
     #[test]

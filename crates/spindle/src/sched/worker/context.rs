@@ -5,7 +5,7 @@
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{Worker, ID_BLOCK, LOCAL_SPAWN_BACKLOG};
 use crate::fiber::{self, FiberRef};
@@ -70,6 +70,17 @@ pub(crate) fn with_current<R>(f: impl FnOnce(Option<Here<'_>>) -> R) -> R {
 #[inline]
 pub(crate) fn now() -> Instant {
     with_worker(|w| w.map_or_else(Instant::now, |w| w.sched.time.now()))
+}
+
+/// A deadline `after` from now on the calling worker's runtime, for a
+/// timeout that may end a little late (`TimeSource::deadline_after`); from
+/// the real clock off the workers.
+#[inline]
+pub(crate) fn deadline_after(after: Duration) -> Option<Instant> {
+    with_worker(|w| match w {
+        Some(w) => w.sched.time.deadline_after(after),
+        None => Instant::now().checked_add(after),
+    })
 }
 
 /// The calling worker's part of a dump (called on a fiber of it).
