@@ -18,7 +18,11 @@ loads it with `wrk -t1` for a few seconds, and reports per request:
   as this machine has) misses on every request whatever else happens (a cyclic
   walk over more lines than an LRU set holds), which is how a path that
   fits the cache by size can still miss ~100 lines a request;
-* the functions holding the most hot lines.
+* the functions holding the most hot lines;
+* the *locked instructions* run in the program's own code (`lock`-prefixed
+  read-modify-writes, `xchg` with memory — which is locked without the
+  prefix — and `mfence`), each a full barrier that callgrind counts as one
+  instruction but a core pays tens of cycles for, and where they are.
 
 Deterministic where CPU time on a shared VM is not; it counts the
 simulated cache only (a real core's op cache and prefetchers hide part of
@@ -98,6 +102,42 @@ def parse(path):
     return events, totals, cost, owner
 
 
+def locked(binary, cost, owner, requests):
+    """Locked instructions per request in `binary`'s own code, and by site.
+
+    Callgrind's addresses for the binary are its link-time ones plus a load
+    offset, found by lining up the functions it names with `nm`'s."""
+    syms = {}
+    for line in subprocess.run(["nm", binary], capture_output=True, text=True).stdout.splitlines():
+        parts = line.split(" ", 2)
+        if len(parts) == 3 and parts[0] and parts[1] in "tT":
+            syms.setdefault(parts[2], int(parts[0], 16))
+    demangled = {}
+    names = list(syms)
+    out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout
+    for raw, nice in zip(names, out.splitlines()):
+        demangled.setdefault(nice, syms[raw])
+    lowest = {}
+    for addr, fn in owner.items():
+        if fn and (fn not in lowest or addr < lowest[fn]):
+            lowest[fn] = addr
+    offsets = collections.Counter(a - demangled[f] for f, a in lowest.items() if f in demangled)
+    if not offsets:
+        return None, []
+    offset = offsets.most_common(1)[0][0]
+    dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", binary],
+                         capture_output=True, text=True).stdout
+    total, sites = 0, collections.Counter()
+    for line in dis.splitlines():
+        m = re.match(r"\s*([0-9a-f]+):\s+(lock \S+|xchg\S*\s+\S*\(|mfence)", line)
+        if m:
+            n = cost.get(int(m.group(1), 16) + offset, 0)
+            if n:
+                total += n
+                sites[(owner.get(int(m.group(1), 16) + offset) or "?")[:90]] += n
+    return total / requests, [(n / requests, f) for f, n in sites.most_common() if n * 20 >= requests]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("command")
@@ -122,6 +162,11 @@ def main():
         by_fn[owner.get(a) or "?"].add(a // LINE)
     for name, ls in sorted(by_fn.items(), key=lambda kv: -len(kv[1]))[:args.top]:
         print(f"  {len(ls):4d}  {name[:110]}")
+    per_request, sites = locked(shlex.split(args.command)[0], cost, owner, requests)
+    if per_request is not None:
+        print(f"  locked instructions {per_request:.2f} (in the program's own code), by function:")
+        for n, fn in sites:
+            print(f"  {n:6.2f}  {fn}")
 
 
 if __name__ == "__main__":

@@ -204,13 +204,24 @@ impl Conn {
         drain: &Drain,
     ) -> After {
         // `idle` is stored only when it changes: a pipelined batch is
-        // served without touching it (each store is a full barrier). The
-        // server creates the flag set.
+        // served without touching it. Becoming idle is a full barrier: the
+        // store and the look at `drain` below pair with `drain`'s own store
+        // and look at the flags, so one of the two sees the other. Becoming
+        // busy needs no barrier (a drain that saw the connection idle a
+        // moment earlier cancels it either way). The server creates the
+        // flag set.
         let mut is_idle = true;
         loop {
             if self.buf.is_empty() != is_idle {
                 is_idle = !is_idle;
-                idle.store(is_idle, Ordering::SeqCst);
+                idle.store(
+                    is_idle,
+                    if is_idle {
+                        Ordering::SeqCst
+                    } else {
+                        Ordering::Release
+                    },
+                );
             }
             if drain.is_set() && self.buf.is_empty() {
                 let _ = self.flush();
@@ -230,7 +241,7 @@ impl Conn {
             let head = self.read_head(config, &mut req);
             if is_idle {
                 is_idle = false;
-                idle.store(false, Ordering::SeqCst);
+                idle.store(false, Ordering::Release);
             }
             let (keep_alive, incoming) = match head {
                 Head::Request(k, i) => (k, i),

@@ -266,6 +266,44 @@ mod tests {
         String::from_utf8(out).unwrap()
     }
 
+    /// Every end a head can have — our `Date`, each `Connection` line and
+    /// each framing, up to the longest `Content-Length` — is written out
+    /// in full and in order.
+    #[test]
+    fn every_end_of_a_response_head_is_written_out_in_order() {
+        let date = b"Tue, 01 Dec 2026 12:00:00 GMT";
+        for (framing, line) in [
+            (
+                ResponseFraming::Length(u64::MAX),
+                format!("content-length: {}\r\n", u64::MAX),
+            ),
+            (
+                ResponseFraming::Length(0),
+                "content-length: 0\r\n".to_string(),
+            ),
+            (
+                ResponseFraming::Chunked,
+                "transfer-encoding: chunked\r\n".to_string(),
+            ),
+            (ResponseFraming::Close, String::new()),
+            (ResponseFraming::None, String::new()),
+        ] {
+            for (version, keep, connection) in [
+                (Version::HTTP_10, true, "connection: keep-alive\r\n"),
+                (Version::HTTP_11, false, "connection: close\r\n"),
+                (Version::HTTP_11, true, ""),
+            ] {
+                let mut out = Vec::new();
+                let map = HeaderMap::new();
+                response_head(&mut out, StatusCode::OK, version, &map, date, keep, framing);
+                let want = format!(
+                    "HTTP/1.1 200 OK\r\ndate: Tue, 01 Dec 2026 12:00:00 GMT\r\n{connection}{line}\r\n"
+                );
+                assert_eq!(String::from_utf8(out).unwrap(), want);
+            }
+        }
+    }
+
     #[test]
     fn a_response_head_gets_our_framing_never_the_handlers() {
         let head = response(

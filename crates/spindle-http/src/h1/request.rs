@@ -210,9 +210,13 @@ pub(crate) fn parse_request<B>(
 /// The last valid `Host` value a connection's requests had: the requests
 /// of one connection nearly always name the same host, and handing out
 /// the same value again is cheaper than checking and copying its bytes.
-/// Short values only: the copy it keeps (its own small allocation, not a
-/// slice of a head, which would pin the head's block) lives as long as
-/// its connection.
+/// Short values only: the copy it keeps (not a slice of a head, which
+/// would pin the head's block) lives as long as its connection.
+///
+/// The copy is one of the process's [`interned`] hosts when there is room
+/// for it there: a clone of such a value is a plain copy, where a clone of
+/// an owned one is a locked reference count update (and its drop, when
+/// the handler is done with the request, another).
 #[derive(Debug, Default)]
 pub(crate) struct KnownHost {
     value: Option<HeaderValue>,
@@ -235,10 +239,38 @@ impl KnownHost {
         let bytes = value.as_bytes();
         let valid = valid_host(bytes);
         if valid && !bytes.is_empty() && bytes.len() <= Self::MAX {
-            self.value = HeaderValue::from_bytes(bytes).ok();
+            self.value = interned(bytes).or_else(|| HeaderValue::from_bytes(bytes).ok());
         }
         valid
     }
+}
+
+/// Hosts interned so far, each leaked once and shared by every connection
+/// of the process. Bounded: [`INTERNED`] values of at most
+/// [`KnownHost::MAX`] bytes, about 3 KiB, however many hosts clients name;
+/// once the table is full, further hosts are copied per connection.
+static INTERNED_HOSTS: [std::sync::OnceLock<&'static str>; INTERNED] =
+    [const { std::sync::OnceLock::new() }; INTERNED];
+
+/// How many hosts [`INTERNED_HOSTS`] holds.
+const INTERNED: usize = 64;
+
+/// `bytes` (a valid host, so visible ASCII) as a value backed by static
+/// memory: an interned host, interning it if there is room.
+fn interned(bytes: &[u8]) -> Option<HeaderValue> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    if !bytes.iter().all(|&b| (0x21..0x7f).contains(&b)) {
+        return None; // not what `from_static` takes (cannot happen for a valid host)
+    }
+    for slot in &INTERNED_HOSTS {
+        // An empty slot takes this host; a taken one may hold it already
+        // (or another thread's host, raced in first: look on).
+        let host = *slot.get_or_init(|| Box::leak(text.to_owned().into_boxed_str()));
+        if host == text {
+            return Some(HeaderValue::from_static(host));
+        }
+    }
+    None
 }
 
 /// Whether a `Host` value is `uri-host [ ":" port ]` (RFC 9110 §7.2, RFC
@@ -477,6 +509,28 @@ mod header_slot_tests {
         assert_eq!(parse(twice), Err(StatusCode::BAD_REQUEST));
         let upper = "GET / HTTP/1.1\r\nHOST: example.com:808\r\n\r\n";
         assert_eq!(parse(upper), Ok(true));
+    }
+
+    /// Connections naming the same host share one interned copy of it;
+    /// a table filled by a client naming ever new hosts stops interning
+    /// (a bounded leak), and its hosts are still remembered per connection.
+    #[test]
+    fn hosts_are_interned_once_each_and_the_table_stays_bounded() {
+        let first = interned(b"interned.example:1").expect("room for one");
+        let again = interned(b"interned.example:1").expect("found");
+        assert_eq!(first, "interned.example:1");
+        assert_eq!(first.as_bytes().as_ptr(), again.as_bytes().as_ptr());
+        for i in 0..INTERNED {
+            let _ = interned(format!("filler-{i}.example").as_bytes());
+        }
+        assert!(interned(b"one-too-many.example").is_none());
+        assert!(INTERNED_HOSTS.iter().all(|s| s.get().is_some()));
+        // Still remembered by a connection, as its own copy.
+        let mut known = KnownHost::default();
+        let value = HeaderValue::from_static("one-too-many.example");
+        assert!(known.check(&value));
+        assert_eq!(known.get(b"one-too-many.example"), Some(value));
+        assert!(interned(b"a host").is_none(), "not a host: never interned");
     }
 
     #[test]

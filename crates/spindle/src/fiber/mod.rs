@@ -83,7 +83,9 @@ use wait::{Notify, WaitKind};
 /// `Arc` to a type-erased fiber: what queues, waiters and handles hold.
 pub(crate) type FiberRef = Arc<FiberCore<dyn Task>>;
 
-/// A fiber's header followed by its body.
+/// A fiber's header followed by its body (`repr(C)`: the header first,
+/// right after the `Arc`'s counts; see [`FiberHeader`]).
+#[repr(C)]
 pub(crate) struct FiberCore<B: ?Sized> {
     pub(crate) header: FiberHeader,
     pub(crate) body: B,
@@ -108,20 +110,35 @@ pub(crate) mod state {
 pub(crate) const NO_OWNER: usize = usize::MAX;
 
 /// The part of a fiber the scheduler and wakers see.
+///
+/// `repr(C)`, its first fields those a waker on another thread reads or
+/// writes — the scheduler, the wait word, the park token, the owner — so
+/// that they sit on the allocation's first cache line or two, right after
+/// the `Arc`'s counts, with the wait word and the park token always on one
+/// line: a wake across workers moves each line it writes from the fiber's
+/// worker and back, and scattered over the header these were four lines.
+#[repr(C)]
 pub(crate) struct FiberHeader {
-    pub(crate) id: u64,
-    pub(crate) name: Option<Box<str>>,
     /// The scheduler of the runtime that spawned it: the only way this
     /// layer makes a fiber runnable (see `schedule`).
     pub(crate) sched: Arc<dyn Schedule>,
-    /// Worker that runs (or will run) this fiber; [`NO_OWNER`] before the
-    /// first run unless pinned by `spawn_local`.
-    pub(crate) owner: AtomicUsize,
+    /// The current wait: `seq << 8 | outcome` (see `wait`).
+    wait: token::WaitWord,
     park: token::ParkToken,
+    /// `JoinHandle::cancel` was called (or the runtime is stopping).
+    pub(crate) cancelled: token::CancelFlag,
+    /// Blocks its thread in place (`park` inside a `block_on` poll):
+    /// `unpark` must unpark the thread too.
+    blocking_thread: AtomicBool,
     state: token::StateWord,
     /// Set by the owner worker at the first run (kept apart from `state`
     /// so that setting it needs no read-modify-write).
     started: AtomicBool,
+    /// Worker that runs (or will run) this fiber; [`NO_OWNER`] before the
+    /// first run unless pinned by `spawn_local`.
+    pub(crate) owner: AtomicUsize,
+    pub(crate) id: u64,
+    pub(crate) name: Option<Box<str>>,
     join_waiter: UnsafeCell<Option<Notify>>,
     /// Stack class chosen at spawn and the claim on it, taken at first run.
     pub(crate) stack_class: &'static SizeClass,
@@ -135,10 +152,6 @@ pub(crate) struct FiberHeader {
     pub(crate) slot: Cell<usize>,
     /// This fiber's `corosensei::Yielder`, set at its first run.
     yielder: Cell<*const ()>,
-    /// The current wait: `seq << 8 | outcome` (see `wait`).
-    wait: token::WaitWord,
-    /// `JoinHandle::cancel` was called (or the runtime is stopping).
-    pub(crate) cancelled: token::CancelFlag,
     /// The innermost `time::timeout` deadline of this fiber (owner only).
     pub(crate) deadline: Cell<Option<std::time::Instant>>,
     /// The `timeout` deadline that last cut a wait short (owner only).
@@ -162,9 +175,6 @@ pub(crate) struct FiberHeader {
     pub(crate) foreign_call: Cell<Option<&'static str>>,
     /// Its `fiber_local!` values (the fiber itself, while it runs).
     pub(crate) locals: std::cell::RefCell<locals::LocalMap>,
-    /// Blocks its thread in place (`park` inside a `block_on` poll):
-    /// `unpark` must unpark the thread too.
-    blocking_thread: AtomicBool,
 }
 
 // SAFETY: the `UnsafeCell`/`Cell` fields are each touched under a protocol
@@ -421,4 +431,33 @@ where
         _result: PhantomData,
     };
     (fiber, handle)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::offset_of;
+
+    use super::{FiberCore, FiberHeader};
+
+    /// The words a waker on another thread touches are at the front of the
+    /// header, which is at the front of the fiber, and the two it writes —
+    /// the wait word and the park token — share a 16-byte block: an `Arc`'s
+    /// allocation is 16-aligned, so they share a cache line wherever it is.
+    #[test]
+    fn a_wakers_words_are_at_the_front_and_the_written_two_share_a_line() {
+        assert_eq!(offset_of!(FiberCore<u64>, header), 0);
+        let wait = offset_of!(FiberHeader, wait);
+        let park = offset_of!(FiberHeader, park);
+        assert_eq!(wait / 16, park / 16);
+        for front in [
+            offset_of!(FiberHeader, sched),
+            wait,
+            park,
+            offset_of!(FiberHeader, cancelled),
+            offset_of!(FiberHeader, blocking_thread),
+            offset_of!(FiberHeader, owner),
+        ] {
+            assert!(front < 48, "{front}");
+        }
+    }
 }

@@ -30,6 +30,23 @@ pub(crate) trait Schedule: Send + Sync + 'static {
     /// that took the fiber's park token from `PARKED`, so once per park.
     fn schedule(&self, fiber: FiberRef, placement: Placement);
 
+    /// [`schedule`](Self::schedule) for a waker giving up the reference it
+    /// holds, which the run queue then takes as is: no count taken and
+    /// dropped around the hand-over, two locked updates of a line the
+    /// fiber's worker writes too.
+    ///
+    /// `self` may be borrowed from `fiber`'s own header (the caller has no
+    /// other hold on the scheduler), so an implementation must keep `self`
+    /// alive until it returns: where it cannot be sure something else
+    /// does, it keeps a reference to the fiber and returns it, for the
+    /// caller to drop once `self` is no longer borrowed. This default
+    /// always does.
+    #[must_use = "the reference returned is dropped after the call, not in it"]
+    fn schedule_owned(&self, fiber: FiberRef, placement: Placement) -> Option<FiberRef> {
+        self.schedule(fiber.clone(), placement);
+        Some(fiber)
+    }
+
     /// Wakes the OS thread of `fiber`'s owner worker: the fiber waits with
     /// that thread blocked in place (see `park_running_in_place`).
     fn unpark_owner_thread(&self, fiber: &FiberRef);

@@ -156,6 +156,35 @@ impl WaitToken {
         self.wake_at(why, placement)
     }
 
+    /// [`wake`](Self::wake) by a waker that owns this token and is done
+    /// with it: the token's reference to the fiber is the one the run
+    /// queue takes (see `Schedule::schedule_owned`).
+    pub(crate) fn wake_owned(self, why: Wake, urgent: bool) -> bool {
+        let placement = if urgent {
+            Placement::Urgent
+        } else {
+            Placement::Next
+        };
+        let header = &self.fiber.header;
+        if !header
+            .wait
+            .complete(self.seq, self.pending, outcome_code(why))
+        {
+            return false;
+        }
+        if header.notify() {
+            let sched: *const dyn super::Schedule = &*header.sched;
+            // SAFETY: `sched` is the scheduler the fiber's header holds,
+            // alive while the fiber is; the fiber is handed to it by value,
+            // and `schedule_owned` keeps the scheduler alive until it
+            // returns whatever becomes of the fiber (its contract). What it
+            // gives back is dropped after the call.
+            let kept = unsafe { (*sched).schedule_owned(self.fiber, placement) };
+            drop(kept);
+        }
+        true
+    }
+
     /// Like [`wake`](Self::wake), placing the fiber in its owner's service
     /// order as `placement` says (a timer queues it at its due stamp).
     pub(crate) fn wake_at(&self, why: Wake, placement: Placement) -> bool {

@@ -228,7 +228,14 @@ impl<S: AsRawFd + IntoRawFd> Timed<S> {
         mut op: impl FnMut(&S) -> io::Result<usize>,
     ) -> io::Result<usize> {
         let mut waited_until = None;
-        if len > 0 && self.drained.swap(false, Ordering::Relaxed) && crate::future::can_suspend() {
+        // Looked at before it is taken: a swap is a locked instruction,
+        // and the hint is usually clear here (a wait for readability took
+        // it already).
+        if len > 0
+            && self.drained.load(Ordering::Relaxed)
+            && self.drained.swap(false, Ordering::Relaxed)
+            && crate::future::can_suspend()
+        {
             let deadline = self.read_timeout.deadline();
             waited_until = Some(deadline);
             crate::io::wait_fd(self.fd(), READ, deadline, false)?;
@@ -250,7 +257,10 @@ impl<S: AsRawFd + IntoRawFd> Timed<S> {
         &self,
         probe: impl FnMut(&S) -> io::Result<usize>,
     ) -> io::Result<()> {
-        if self.drained.swap(false, Ordering::Relaxed) && crate::future::can_suspend() {
+        if self.drained.load(Ordering::Relaxed)
+            && self.drained.swap(false, Ordering::Relaxed)
+            && crate::future::can_suspend()
+        {
             return crate::io::wait_fd(self.fd(), READ, self.read_timeout.deadline(), false);
         }
         self.reading(probe).map(|_| ())

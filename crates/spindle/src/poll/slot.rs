@@ -57,7 +57,7 @@ impl IoWaiter {
     fn wake(self, why: Wake) {
         match self {
             IoWaiter::Fiber { token, urgent } => {
-                token.wake(why, urgent);
+                token.wake_owned(why, urgent);
             }
             IoWaiter::Waker(w) => crate::loud::wake_caught(w, "its fd became ready"),
         }

@@ -438,14 +438,10 @@ impl Scheduler {
     }
 }
 
-impl Schedule for Scheduler {
-    fn schedule(&self, fiber: FiberRef, placement: Placement) {
-        let owner = fiber.header.owner.load(Ordering::Acquire);
-        debug_assert_ne!(owner, NO_OWNER, "only started fibers park");
-        let fiber = match worker::push_if_owner(self, fiber, owner, placement) {
-            Ok(()) => return,
-            Err(fiber) => fiber,
-        };
+impl Scheduler {
+    /// The part of a schedule done from a thread that is not the fiber's
+    /// owner worker: through the owner's inbox, waking it.
+    fn schedule_elsewhere(&self, fiber: FiberRef, owner: usize, placement: Placement) {
         if placement == Placement::Urgent {
             self.workers[owner].inbox.push_urgent(fiber);
             fence(Ordering::SeqCst);
@@ -455,6 +451,33 @@ impl Schedule for Scheduler {
             // owner; from another thread the fiber queues behind what is
             // there (timers of a worker fire on that worker).
             self.push_remote(owner, fiber);
+        }
+    }
+}
+
+impl Schedule for Scheduler {
+    fn schedule(&self, fiber: FiberRef, placement: Placement) {
+        let owner = fiber.header.owner.load(Ordering::Acquire);
+        debug_assert_ne!(owner, NO_OWNER, "only started fibers park");
+        if let Err(fiber) = worker::push_if_owner(self, fiber, owner, placement) {
+            self.schedule_elsewhere(fiber, owner, placement);
+        }
+    }
+
+    fn schedule_owned(&self, fiber: FiberRef, placement: Placement) -> Option<FiberRef> {
+        let owner = fiber.header.owner.load(Ordering::Acquire);
+        debug_assert_ne!(owner, NO_OWNER, "only started fibers park");
+        // On the owner worker, that worker's own reference to this
+        // scheduler keeps `self` alive (and `push_if_owner` does not use it
+        // after the push); elsewhere a reference to the fiber does, given
+        // back to the caller (see the trait's contract).
+        match worker::push_if_owner(self, fiber, owner, placement) {
+            Ok(()) => None,
+            Err(fiber) => {
+                let keep = fiber.clone();
+                self.schedule_elsewhere(fiber, owner, placement);
+                Some(keep)
+            }
         }
     }
 

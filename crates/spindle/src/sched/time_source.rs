@@ -119,9 +119,9 @@ impl TimeSource {
     #[inline]
     pub(crate) fn deadline_after(&self, after: Duration) -> Option<Instant> {
         match &self.bound {
-            Some(b) if u128::from(b.margin_ns) * 100 <= after.as_nanos() => {
-                b.ahead_of_now()?.checked_add(after)
-            }
+            Some(b) if after >= b.coarse_enough => b
+                .ahead_of_now_by(after)
+                .or_else(|| self.now().checked_add(after)),
             _ => self.now().checked_add(after),
         }
     }
@@ -171,6 +171,9 @@ pub(crate) struct ClockBound {
     /// was measured 3 to 7.4 ms behind, never less: its reading lags the
     /// tick that made it.)
     margin_ns: u64,
+    /// The shortest timeout measured from the bound: a hundred margins,
+    /// so such a timeout ends at most 1 % late.
+    coarse_enough: Duration,
 }
 
 impl ClockBound {
@@ -187,10 +190,12 @@ impl ClockBound {
         }
         let base_ns = clock_ns(libc::CLOCK_MONOTONIC)?;
         let base = Instant::now();
+        let margin_ns = 3 * resolution + 1_000_000;
         Some(ClockBound {
             base,
             base_ns,
-            margin_ns: 3 * resolution + 1_000_000,
+            margin_ns,
+            coarse_enough: Duration::from_nanos(margin_ns * 100),
         })
     }
 
@@ -199,9 +204,17 @@ impl ClockBound {
     /// clock, so the instant is at or after that sum.
     #[inline]
     pub(crate) fn ahead_of_now(&self) -> Option<Instant> {
+        self.ahead_of_now_by(Duration::ZERO)
+    }
+
+    /// [`ahead_of_now`](Self::ahead_of_now) plus `after`, with one addition
+    /// to an `Instant` (`None` if it overflows).
+    #[inline]
+    pub(crate) fn ahead_of_now_by(&self, after: Duration) -> Option<Instant> {
         let coarse = clock_ns(libc::CLOCK_MONOTONIC_COARSE)?;
         let ahead = (coarse + self.margin_ns).checked_sub(self.base_ns)?;
-        self.base.checked_add(Duration::from_nanos(ahead))
+        self.base
+            .checked_add(Duration::from_nanos(ahead).checked_add(after)?)
     }
 }
 
