@@ -24,6 +24,18 @@ pub(crate) enum Placement {
     At(Stamp),
 }
 
+impl Placement {
+    /// Where a wake puts the fiber: at the head when `urgent`, else behind
+    /// what is queued.
+    pub(crate) fn of_wake(urgent: bool) -> Placement {
+        if urgent {
+            Placement::Urgent
+        } else {
+            Placement::Next
+        }
+    }
+}
+
 /// What the fiber layer needs from a scheduler.
 pub(crate) trait Schedule: Send + Sync + 'static {
     /// Makes `fiber` runnable on its owner worker. Called by the one party

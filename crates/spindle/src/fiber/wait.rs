@@ -148,38 +148,24 @@ impl WaitToken {
     /// (at the head of its worker's order when `urgent`). True if this call
     /// ended the wait.
     pub(crate) fn wake(&self, why: Wake, urgent: bool) -> bool {
-        let placement = if urgent {
-            Placement::Urgent
-        } else {
-            Placement::Next
-        };
-        self.wake_at(why, placement)
+        self.wake_at(why, Placement::of_wake(urgent))
     }
 
     /// [`wake`](Self::wake) by a waker that owns this token and is done
     /// with it: the token's reference to the fiber is the one the run
     /// queue takes (see `Schedule::schedule_owned`).
     pub(crate) fn wake_owned(self, why: Wake, urgent: bool) -> bool {
-        let placement = if urgent {
-            Placement::Urgent
-        } else {
-            Placement::Next
-        };
-        let header = &self.fiber.header;
-        if !header
-            .wait
-            .complete(self.seq, self.pending, outcome_code(why))
-        {
+        let Some(runnable) = self.end(why) else {
             return false;
-        }
-        if header.notify() {
-            let sched: *const dyn super::Schedule = &*header.sched;
+        };
+        if runnable {
+            let sched: *const dyn super::Schedule = &*self.fiber.header.sched;
             // SAFETY: `sched` is the scheduler the fiber's header holds,
             // alive while the fiber is; the fiber is handed to it by value,
             // and `schedule_owned` keeps the scheduler alive until it
             // returns whatever becomes of the fiber (its contract). What it
             // gives back is dropped after the call.
-            let kept = unsafe { (*sched).schedule_owned(self.fiber, placement) };
+            let kept = unsafe { (*sched).schedule_owned(self.fiber, Placement::of_wake(urgent)) };
             drop(kept);
         }
         true
@@ -188,17 +174,27 @@ impl WaitToken {
     /// Like [`wake`](Self::wake), placing the fiber in its owner's service
     /// order as `placement` says (a timer queues it at its due stamp).
     pub(crate) fn wake_at(&self, why: Wake, placement: Placement) -> bool {
-        let header = &self.fiber.header;
-        if !header
-            .wait
-            .complete(self.seq, self.pending, outcome_code(why))
-        {
+        let Some(runnable) = self.end(why) else {
             return false;
-        }
-        if header.notify() {
-            header.sched.schedule(self.fiber.clone(), placement);
+        };
+        if runnable {
+            self.fiber
+                .header
+                .sched
+                .schedule(self.fiber.clone(), placement);
         }
         true
+    }
+
+    /// Ends the wait with `why` if it is still pending: `None` if another
+    /// party ended it first, else whether this call took the fiber's park
+    /// token and so must schedule it.
+    fn end(&self, why: Wake) -> Option<bool> {
+        let header = &self.fiber.header;
+        header
+            .wait
+            .complete(self.seq, self.pending, outcome_code(why))
+            .then(|| header.notify())
     }
 
     /// Records that this wait (the running fiber's own, on its worker)
