@@ -12,6 +12,7 @@ use crate::h1::chunked::{self, Decoded, Decoder};
 use crate::h1::framing::BodyFraming;
 use crate::h1::request::{self, RequestBody};
 use crate::h1::response;
+use crate::h1::simple_head;
 
 /// What the codec made of an input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,7 +41,8 @@ impl Outcome {
 }
 
 /// Reads `input` as a server reads a connection: requests one after the
-/// other (pipelined), each head then its body.
+/// other (pipelined), each head then its body. At each head it also checks
+/// that the one-pass scan of simple heads reads what `httparse` reads.
 pub fn request(input: &[u8]) -> Outcome {
     let limits = request::Limits {
         max_head_bytes: 64 << 10,
@@ -54,6 +56,9 @@ pub fn request(input: &[u8]) -> Outcome {
     loop {
         if buf.is_empty() {
             return Outcome::ended(messages);
+        }
+        for room in [1, 24] {
+            simple_head::check_against_httparse(&buf, room);
         }
         let before = buf.len();
         let mut req = http::Request::new(());

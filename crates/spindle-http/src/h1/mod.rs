@@ -2,6 +2,8 @@
 //! server and the client so that each framing rule is written once.
 //!
 //! * [`request`]: request heads, and how their body is delimited.
+//! * [`simple_head`]: the request head nearly every client sends, read in
+//!   one pass; any other is `httparse`'s, which stays the reference.
 //! * [`response`]: response heads, and how their body is delimited.
 //! * [`framing`]: `Content-Length`, `Transfer-Encoding` and `Connection`
 //!   values, and which body a message has (RFC 9112 §6).
@@ -30,3 +32,4 @@ pub(crate) mod head_arena;
 pub(crate) mod header_maps;
 pub(crate) mod request;
 pub(crate) mod response;
+pub(crate) mod simple_head;

@@ -13,6 +13,7 @@ use http::header::{self, HeaderName, HeaderValue};
 use http::{Method, Request, StatusCode, Uri, Version};
 
 use super::framing::{BodyFraming, FramingHeaders};
+use super::simple_head::{self, FieldSpan};
 
 /// The limits a head is parsed under (from `ServerConfig`).
 #[derive(Debug, Clone, Copy)]
@@ -73,40 +74,57 @@ pub(crate) fn parse_request<B>(
     request: &mut Request<B>,
     known_host: &mut KnownHost,
 ) -> Result<Option<RequestHead>, StatusCode> {
-    // Uninitialised slots: no allocation, no zeroing.
+    // The common shape in one pass (`simple_head`); any other head is
+    // httparse's, into uninitialised slots: no allocation, no zeroing.
+    let room = limits.max_headers.min(HEADERS_ON_STACK);
+    let mut spans = [FieldSpan::default(); HEADERS_ON_STACK];
     let mut on_stack =
         [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; HEADERS_ON_STACK];
     let mut on_heap = Vec::new();
     let mut req = httparse::Request::new(&mut []);
-    let mut parsed = req.parse_with_uninit_headers(
-        buf,
-        &mut on_stack[..limits.max_headers.min(HEADERS_ON_STACK)],
-    );
-    if matches!(parsed, Err(httparse::Error::TooManyHeaders))
-        && limits.max_headers > HEADERS_ON_STACK
-    {
-        on_heap.resize_with(limits.max_headers, std::mem::MaybeUninit::uninit);
-        req = httparse::Request::new(&mut []);
-        parsed = req.parse_with_uninit_headers(buf, &mut on_heap[..]);
-    }
-    let n = match parsed {
-        Ok(httparse::Status::Complete(n)) if n > limits.max_head_bytes => {
-            return Err(too_large(&buf[..n], limits.max_head_bytes))
+    let (line, fields) = match simple_head::scan(buf, &mut spans[..room]) {
+        Some(head) => (
+            (head.method, head.target, head.minor_version, head.len),
+            Fields::Scanned(&spans[..head.fields], buf),
+        ),
+        None => {
+            let mut parsed = req.parse_with_uninit_headers(buf, &mut on_stack[..room]);
+            if matches!(parsed, Err(httparse::Error::TooManyHeaders))
+                && limits.max_headers > HEADERS_ON_STACK
+            {
+                on_heap.resize_with(limits.max_headers, std::mem::MaybeUninit::uninit);
+                req = httparse::Request::new(&mut []);
+                parsed = req.parse_with_uninit_headers(buf, &mut on_heap[..]);
+            }
+            let n = match parsed {
+                Ok(httparse::Status::Complete(n)) => n,
+                Ok(httparse::Status::Partial) => return Ok(None),
+                Err(httparse::Error::TooManyHeaders) => {
+                    return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+                }
+                Err(httparse::Error::Version) => {
+                    return Err(StatusCode::HTTP_VERSION_NOT_SUPPORTED)
+                }
+                Err(_) => return Err(StatusCode::BAD_REQUEST),
+            };
+            let method = req.method.unwrap_or("").as_bytes();
+            let target = req.path.unwrap_or("/").as_bytes();
+            (
+                (method, target, req.version.unwrap_or(u8::MAX), n),
+                Fields::Parsed(&*req.headers),
+            )
         }
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(httparse::Error::TooManyHeaders) => {
-            return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
-        }
-        Err(httparse::Error::Version) => return Err(StatusCode::HTTP_VERSION_NOT_SUPPORTED),
-        Err(_) => return Err(StatusCode::BAD_REQUEST),
     };
-    let version = match req.version {
-        Some(0) => Version::HTTP_10,
-        Some(1) => Version::HTTP_11,
+    let (method, path, minor_version, n) = line;
+    if n > limits.max_head_bytes {
+        return Err(too_large(&buf[..n], limits.max_head_bytes));
+    }
+    let version = match minor_version {
+        0 => Version::HTTP_10,
+        1 => Version::HTTP_11,
         _ => return Err(StatusCode::HTTP_VERSION_NOT_SUPPORTED),
     };
-    let method = match req.method.unwrap_or("").as_bytes() {
+    let method = match method {
         // Most requests are GETs: no general lookup for them.
         b"GET" => Method::GET,
         other => Method::from_bytes(other).map_err(|_| StatusCode::BAD_REQUEST)?,
@@ -123,30 +141,29 @@ pub(crate) fn parse_request<B>(
         let at = s.as_ptr() as usize - base;
         head.slice(at..at + s.len())
     };
-    let path = req.path.unwrap_or("/");
     // The commonest target, `/`, is what a fresh request has already: no
     // share of the head, no parsing.
-    let uri = if path == "/" {
+    let uri = if path == b"/" {
         None
     } else {
-        Some(Uri::from_maybe_shared(share(path.as_bytes())).map_err(|_| StatusCode::BAD_REQUEST)?)
+        Some(Uri::from_maybe_shared(share(path)).map_err(|_| StatusCode::BAD_REQUEST)?)
     };
     let mut framing_headers = FramingHeaders::default();
     let mut expect_continue = false;
     let (mut hosts, mut host_ok) = (0u32, true);
     let map = request.headers_mut();
-    map.reserve(req.headers.len());
-    for h in req.headers.iter() {
+    map.reserve(fields.len());
+    for (name, value) in fields.iter() {
         // `Host`, which every HTTP/1.1 request has, without the general
         // name lookup.
-        if h.name.eq_ignore_ascii_case("host") {
+        if name.eq_ignore_ascii_case(b"host") {
             hosts += 1;
             // The connection's last host, if these are its bytes: neither
             // checked nor copied again.
-            let value = match known_host.get(h.value) {
+            let value = match known_host.get(value) {
                 Some(value) => value,
                 None => {
-                    let value = HeaderValue::from_maybe_shared(share(h.value))
+                    let value = HeaderValue::from_maybe_shared(share(value))
                         .map_err(|_| StatusCode::BAD_REQUEST)?;
                     host_ok &= known_host.check(&value);
                     value
@@ -155,10 +172,9 @@ pub(crate) fn parse_request<B>(
             map.append(header::HOST, value);
             continue;
         }
-        let name =
-            HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| StatusCode::BAD_REQUEST)?;
+        let name = HeaderName::from_bytes(name).map_err(|_| StatusCode::BAD_REQUEST)?;
         let value =
-            HeaderValue::from_maybe_shared(share(h.value)).map_err(|_| StatusCode::BAD_REQUEST)?;
+            HeaderValue::from_maybe_shared(share(value)).map_err(|_| StatusCode::BAD_REQUEST)?;
         if name == header::CONTENT_LENGTH
             || name == header::TRANSFER_ENCODING
             || name == header::CONNECTION
@@ -205,6 +221,31 @@ pub(crate) fn parse_request<B>(
         expect_continue,
         head_len: n,
     }))
+}
+
+/// A head's fields, as [`simple_head`] or `httparse` read them.
+enum Fields<'a, 'b> {
+    /// Spans of the head's bytes.
+    Scanned(&'a [FieldSpan], &'b [u8]),
+    /// `httparse`'s slices.
+    Parsed(&'a [httparse::Header<'b>]),
+}
+
+impl<'b> Fields<'_, 'b> {
+    fn len(&self) -> usize {
+        match self {
+            Fields::Scanned(spans, _) => spans.len(),
+            Fields::Parsed(headers) => headers.len(),
+        }
+    }
+
+    /// Each field's name and value, in order.
+    fn iter(&self) -> impl Iterator<Item = (&'b [u8], &'b [u8])> + '_ {
+        (0..self.len()).map(move |i| match self {
+            Fields::Scanned(spans, head) => (spans[i].name(head), spans[i].value(head)),
+            Fields::Parsed(headers) => (headers[i].name.as_bytes(), headers[i].value),
+        })
+    }
 }
 
 /// The last valid `Host` value a connection's requests had: the requests
