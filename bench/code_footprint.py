@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """The code an HTTP server runs per request, measured as a cache sees it.
 
-    python3 bench/code_footprint.py 'COMMAND' [--conns 50] [--secs 5] [--top 30]
+    python3 bench/code_footprint.py 'COMMAND' [--conns 50] [--secs 5] [--top 30] [--script LUA]
 
     e.g. 'target/release/examples/hello' or 'target/release/http_server may'
 
 Runs COMMAND (the address `127.0.0.1:PORT` appended, as `ab_http.py` does) under
 `valgrind --tool=callgrind --dump-instr=yes --cache-sim=yes` on CPU 0,
-loads it with `wrk -t1` for a few seconds, and reports per request:
+loads it with `wrk -t1` for a few seconds (with `-s LUA` if given: e.g.
+`bench/pipeline.lua`, `bench/browser_headers.lua`), and reports per request:
 
 * instructions, and the simulated L1 misses (instruction, data read, data
   write) for the host's cache geometry (callgrind reads it from `cpuid`);
@@ -40,7 +41,7 @@ import time
 LINE = 64
 
 
-def run(command, conns, secs, out):
+def run(command, conns, secs, out, script=None):
     port = 19000 + os.getpid() % 500
     addr = f"127.0.0.1:{port}"
     server = subprocess.Popen(
@@ -51,8 +52,9 @@ def run(command, conns, secs, out):
         if subprocess.run(["curl", "-s", "-o", "/dev/null", f"http://{addr}/"]).returncode == 0:
             break
         time.sleep(0.3)
-    load = subprocess.run(["taskset", "-c", "1", "wrk", "-t1", f"-c{conns}", f"-d{secs}s",
-                           f"http://{addr}/"], capture_output=True, text=True).stdout
+    extra = ["-s", script] if script else []
+    load = subprocess.run(["taskset", "-c", "1", "wrk", "-t1", f"-c{conns}", f"-d{secs}s"]
+                          + extra + [f"http://{addr}/"], capture_output=True, text=True).stdout
     server.terminate()
     server.wait()
     return int(re.search(r"(\d+) requests in", load).group(1))
@@ -144,9 +146,10 @@ def main():
     ap.add_argument("--conns", type=int, default=50)
     ap.add_argument("--secs", type=int, default=5)
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--script", help="a wrk Lua script (-s) shaping the requests")
     args = ap.parse_args()
     with tempfile.NamedTemporaryFile(prefix="footprint.", dir="/tmp") as out:
-        requests = run(args.command, args.conns, args.secs, out.name)
+        requests = run(args.command, args.conns, args.secs, out.name, args.script)
         events, totals, cost, owner = parse(out.name)
     per = dict(zip(events, (t / requests for t in totals)))
     print(f"{args.command}: {requests} requests under wrk -c{args.conns}; per request:")

@@ -81,39 +81,15 @@ pub(crate) fn parse_request<B>(
     let mut on_stack =
         [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; HEADERS_ON_STACK];
     let mut on_heap = Vec::new();
-    let mut req = httparse::Request::new(&mut []);
     let (line, fields) = match simple_head::scan(buf, &mut spans[..room]) {
         Some(head) => (
             (head.method, head.target, head.minor_version, head.len),
             Fields::Scanned(&spans[..head.fields], buf),
         ),
-        None => {
-            let mut parsed = req.parse_with_uninit_headers(buf, &mut on_stack[..room]);
-            if matches!(parsed, Err(httparse::Error::TooManyHeaders))
-                && limits.max_headers > HEADERS_ON_STACK
-            {
-                on_heap.resize_with(limits.max_headers, std::mem::MaybeUninit::uninit);
-                req = httparse::Request::new(&mut []);
-                parsed = req.parse_with_uninit_headers(buf, &mut on_heap[..]);
-            }
-            let n = match parsed {
-                Ok(httparse::Status::Complete(n)) => n,
-                Ok(httparse::Status::Partial) => return Ok(None),
-                Err(httparse::Error::TooManyHeaders) => {
-                    return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
-                }
-                Err(httparse::Error::Version) => {
-                    return Err(StatusCode::HTTP_VERSION_NOT_SUPPORTED)
-                }
-                Err(_) => return Err(StatusCode::BAD_REQUEST),
-            };
-            let method = req.method.unwrap_or("").as_bytes();
-            let target = req.path.unwrap_or("/").as_bytes();
-            (
-                (method, target, req.version.unwrap_or(u8::MAX), n),
-                Fields::Parsed(&*req.headers),
-            )
-        }
+        None => match parse_other_shape(buf, limits, &mut on_stack[..room], &mut on_heap)? {
+            Some((line, headers)) => (line, Fields::Parsed(headers)),
+            None => return Ok(None),
+        },
     };
     let (method, path, minor_version, n) = line;
     if n > limits.max_head_bytes {
@@ -221,6 +197,47 @@ pub(crate) fn parse_request<B>(
         expect_continue,
         head_len: n,
     }))
+}
+
+/// A request line as [`parse_request`] takes it apart: method, target,
+/// minor version, and the head's length.
+type RequestLine<'b> = (&'b [u8], &'b [u8], u8, usize);
+
+/// A head [`simple_head`] left to `httparse`: parsed into `on_stack`, or
+/// into `on_heap` when it has more fields than that holds and the limit
+/// allows them. Kept out of line, and cold: it is the rare path, and
+/// inline its code would sit between the common path's instructions.
+#[cold]
+#[inline(never)]
+fn parse_other_shape<'h, 'b>(
+    buf: &'b [u8],
+    limits: &Limits,
+    on_stack: &'h mut [std::mem::MaybeUninit<httparse::Header<'b>>],
+    on_heap: &'h mut Vec<std::mem::MaybeUninit<httparse::Header<'b>>>,
+) -> Result<Option<(RequestLine<'b>, &'h [httparse::Header<'b>])>, StatusCode> {
+    let mut req = httparse::Request::new(&mut []);
+    let mut parsed = req.parse_with_uninit_headers(buf, on_stack);
+    if matches!(parsed, Err(httparse::Error::TooManyHeaders))
+        && limits.max_headers > HEADERS_ON_STACK
+    {
+        on_heap.resize_with(limits.max_headers, std::mem::MaybeUninit::uninit);
+        req = httparse::Request::new(&mut []);
+        parsed = req.parse_with_uninit_headers(buf, &mut on_heap[..]);
+    }
+    let n = match parsed {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+        }
+        Err(httparse::Error::Version) => return Err(StatusCode::HTTP_VERSION_NOT_SUPPORTED),
+        Err(_) => return Err(StatusCode::BAD_REQUEST),
+    };
+    let method = req.method.unwrap_or("").as_bytes();
+    let target = req.path.unwrap_or("/").as_bytes();
+    let version = req.version.unwrap_or(u8::MAX);
+    let headers: &'h mut [httparse::Header<'b>] = std::mem::take(&mut req.headers);
+    Ok(Some(((method, target, version, n), headers)))
 }
 
 /// A head's fields, as [`simple_head`] or `httparse` read them.
