@@ -103,7 +103,7 @@ pub(crate) fn check_trailer(line: &[u8]) -> Result<(), ChunkError> {
         .position(|&b| b == b':')
         .ok_or(ChunkError::Trailer)?;
     let (name, value) = (&line[..colon], &line[colon + 1..]);
-    if name.is_empty() || !name.iter().all(|&b| is_tchar(b)) {
+    if name.is_empty() || !name.iter().all(|&b| super::is_tchar(b)) {
         return Err(ChunkError::Trailer);
     }
     if value.iter().all(|&b| b == b'\t' || b >= 0x20 && b != 0x7f) {
@@ -280,11 +280,6 @@ pub(crate) fn decode_all(input: &[u8]) -> Result<Option<(Vec<u8>, usize)>, Chunk
             Decoded::Done => return Ok(Some((body, pos + used))),
         }
     }
-}
-
-/// `tchar` of RFC 9110 §5.6.2: what a token (a header name) is made of.
-pub(crate) fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 #[cfg(test)]

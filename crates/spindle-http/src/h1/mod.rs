@@ -33,3 +33,26 @@ pub(crate) mod header_maps;
 pub(crate) mod request;
 pub(crate) mod response;
 pub(crate) mod simple_head;
+
+/// `tchar` of RFC 9110 §5.6.2: what a token (a method, a field name) is
+/// made of.
+pub(crate) const fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric()
+        || matches!(
+            b,
+            b'!' | b'#'
+                | b'$'
+                | b'%'
+                | b'&'
+                | b'\''
+                | b'*'
+                | b'+'
+                | b'-'
+                | b'.'
+                | b'^'
+                | b'_'
+                | b'`'
+                | b'|'
+                | b'~'
+        )
+}

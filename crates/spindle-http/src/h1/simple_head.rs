@@ -66,25 +66,7 @@ static CLASS: [u8; 256] = {
     let mut c = 0;
     while c < 256 {
         let b = c as u8;
-        if b.is_ascii_alphanumeric()
-            || matches!(
-                b,
-                b'!' | b'#'
-                    | b'$'
-                    | b'%'
-                    | b'&'
-                    | b'\''
-                    | b'*'
-                    | b'+'
-                    | b'-'
-                    | b'.'
-                    | b'^'
-                    | b'_'
-                    | b'`'
-                    | b'|'
-                    | b'~'
-            )
-        {
+        if super::is_tchar(b) {
             t[c] |= TOKEN;
         }
         if b.is_ascii_graphic() {
