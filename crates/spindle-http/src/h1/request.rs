@@ -591,6 +591,39 @@ mod header_slot_tests {
         assert!(interned(b"a host").is_none(), "not a host: never interned");
     }
 
+    /// A head arriving a byte at a time is incomplete until its last
+    /// byte, whichever reader takes it (the one-pass read for the common
+    /// shape, `httparse` for the other), and then both give the same
+    /// request.
+    #[test]
+    fn a_head_is_incomplete_until_its_last_byte_on_either_path() {
+        let common = b"GET /a?b HTTP/1.1\r\nHost: x:1\r\nAccept: */*\r\nX-Y:  v w \t\r\n\r\n";
+        let other = b"GET /a?b HTTP/1.1\nHost: x:1\nAccept: */*\nX-Y:  v w \t\n\n";
+        let mut spans = [FieldSpan::default(); 4];
+        assert!(simple_head::scan(common, &mut spans).is_some());
+        assert!(simple_head::scan(other, &mut spans).is_none());
+        let mut parsed = Vec::new();
+        for head in [&common[..], &other[..]] {
+            for cut in 0..head.len() {
+                assert!(
+                    matches!(parse_fresh(&head[..cut], &limits(100)), Ok(None)),
+                    "{:?}",
+                    &head[..cut]
+                );
+            }
+            let (got, request) = parse_fresh(head, &limits(100)).unwrap().unwrap();
+            assert_eq!(got.head_len, head.len());
+            parsed.push((
+                request.method().clone(),
+                request.uri().clone(),
+                request.version(),
+                request.headers().clone(),
+            ));
+        }
+        assert_eq!(parsed[0], parsed[1]);
+        assert_eq!(parsed[0].3["x-y"], "v w");
+    }
+
     #[test]
     fn more_headers_than_the_stack_slots_parse_on_the_heap_up_to_the_limit() {
         for n in [1, HEADERS_ON_STACK, HEADERS_ON_STACK + 1, 100] {
