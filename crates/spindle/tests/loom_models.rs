@@ -30,3 +30,6 @@ mod sleep_word;
 
 #[path = "../src/sync/lock_word.rs"]
 mod lock_word;
+
+#[path = "../src/chan/hand_off.rs"]
+mod hand_off;

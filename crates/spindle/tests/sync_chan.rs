@@ -71,6 +71,82 @@ fn mpmc_stress_with_fiber_and_thread_ends_loses_and_duplicates_nothing() {
     assert_eq!(unique.len(), seen.len(), "no duplicate");
 }
 
+/// Hand-overs racing timeouts on both sides: senders and receivers (fibers
+/// on two workers, and a thread of each) give up after a few microseconds,
+/// so a value is often put in a waiter's slot just as its wait times out.
+/// Every send that succeeded is received exactly once; every send that
+/// timed out got its own value back.
+#[test]
+fn hand_overs_racing_timeouts_lose_and_duplicate_nothing() {
+    const PER_SENDER: u64 = 10_000;
+    for cap in [0, 1] {
+        let rt = Runtime::builder().workers(2).build().unwrap();
+        let (tx, rx) = chan::bounded::<u64>(cap);
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let send = |p: u64, tx: chan::Sender<u64>, sent: Arc<Mutex<Vec<u64>>>| {
+            move || {
+                let mut mine = Vec::new();
+                for i in 0..PER_SENDER {
+                    let v = p * PER_SENDER + i;
+                    match tx.send_timeout(v, Duration::from_micros(1 + i % 30)) {
+                        Ok(()) => mine.push(v),
+                        Err(chan::SendTimeoutError::Timeout(back)) => assert_eq!(back, v),
+                        Err(e) => panic!("{e:?}"),
+                    }
+                }
+                sent.lock().unwrap().extend(mine);
+            }
+        };
+        let receive = |rx: chan::Receiver<u64>, got: Arc<Mutex<Vec<u64>>>| {
+            move || {
+                let mut mine = Vec::new();
+                let mut i = 0u64;
+                loop {
+                    i += 1;
+                    match rx.recv_timeout(Duration::from_micros(1 + i % 20)) {
+                        Ok(v) => {
+                            mine.push(v);
+                            // Busy a moment: senders pile up and time out.
+                            let until = Instant::now() + Duration::from_micros(i % 32);
+                            while Instant::now() < until {
+                                std::hint::spin_loop();
+                            }
+                        }
+                        Err(RecvTimeoutError::Timeout) => {}
+                        Err(RecvTimeoutError::Disconnected) => break,
+                    }
+                }
+                got.lock().unwrap().extend(mine);
+            }
+        };
+        let senders: Vec<_> = (0..3)
+            .map(|p| rt.spawn(send(p, tx.clone(), sent.clone())))
+            .collect();
+        let sender_thread = std::thread::spawn(send(3, tx.clone(), sent.clone()));
+        drop(tx);
+        let receivers: Vec<_> = (0..2)
+            .map(|_| rt.spawn(receive(rx.clone(), got.clone())))
+            .collect();
+        let receiver_thread = std::thread::spawn(receive(rx.clone(), got.clone()));
+        drop(rx);
+        for s in senders {
+            s.join().unwrap();
+        }
+        sender_thread.join().unwrap();
+        for r in receivers {
+            r.join().unwrap();
+        }
+        receiver_thread.join().unwrap();
+        let mut sent = sent.lock().unwrap().clone();
+        let mut got = got.lock().unwrap().clone();
+        sent.sort_unstable();
+        got.sort_unstable();
+        assert!(!sent.is_empty(), "bounded({cap}): some sends got through");
+        assert_eq!(got, sent, "bounded({cap}): received exactly what was sent");
+    }
+}
+
 #[test]
 fn a_rendezvous_channel_hands_over_across_workers() {
     let rt = Runtime::builder().workers(2).build().unwrap();

@@ -21,8 +21,9 @@
 //!
 //! One `std::sync::Mutex` per channel guards the buffer and two FIFO
 //! queues of parked waiters. Values move by *hand-over*: a sender that finds
-//! a parked receiver puts its value in that receiver's slot and then tries
-//! to end the receiver's wait (the compare-exchange of `sched::park`); if
+//! a parked receiver puts its value in that receiver's slot (a one-value
+//! cell, `hand_off.rs`) and then tries to end the receiver's wait (the
+//! compare-exchange of `sched::park`); if
 //! the wait already ended otherwise (timed out, cancelled), it takes the
 //! value back and tries the next. A receiver that finds a parked sender
 //! ends the sender's wait first and only then takes its value. So a value
@@ -36,6 +37,7 @@
 //! others' hand-overs fail and keep their values.
 
 mod error;
+mod hand_off;
 mod select;
 
 pub use error::{
@@ -56,34 +58,30 @@ use std::time::{Duration, Instant};
 
 use crate::sched::park::{self, WaitKind, Wake};
 use crate::sched::wait_queue::WaitQueue;
+use hand_off::HandOff;
 
-/// Where a hand-over leaves a value (or says the channel closed).
-pub(crate) enum SlotState<T> {
-    Empty,
-    Value(T),
-}
-
-pub(crate) type Slot<T> = Arc<Mutex<SlotState<T>>>;
+/// Where a hand-over leaves a value: a parked receiver's, or a parked
+/// sender's holding the value it could not send yet.
+pub(crate) type Slot<T> = Arc<HandOff<T>>;
 
 /// Receivers' slots a channel keeps for reuse.
 const MAX_SPARE_SLOTS: usize = 4;
 
-fn slot<T>(s: SlotState<T>) -> Slot<T> {
-    Arc::new(Mutex::new(s))
+fn empty_slot<T>() -> Slot<T> {
+    Arc::new(HandOff::empty())
 }
 
 fn take<T>(s: &Slot<T>) -> Option<T> {
-    match std::mem::replace(
-        &mut *s.lock().unwrap_or_else(|e| e.into_inner()),
-        SlotState::Empty,
-    ) {
-        SlotState::Value(v) => Some(v),
-        SlotState::Empty => None,
-    }
+    s.take()
 }
 
+/// Fills a slot the protocol guarantees empty: a fresh one, or one whose
+/// waiter has been taken off its queue by the caller, under the channel's
+/// lock.
 fn put<T>(s: &Slot<T>, v: T) {
-    *s.lock().unwrap_or_else(|e| e.into_inner()) = SlotState::Value(v);
+    if s.put(v).is_err() {
+        unreachable!("a slot is filled only while empty");
+    }
 }
 
 pub(crate) struct State<T> {
@@ -105,6 +103,8 @@ pub(crate) struct State<T> {
 pub(crate) struct Chan<T> {
     pub(crate) state: Mutex<State<T>>,
     len: AtomicUsize,
+    /// `bounded(0)`: messages wait with their senders, never in the buffer.
+    rendezvous: bool,
 }
 
 impl<T> Chan<T> {
@@ -141,12 +141,11 @@ impl<T> State<T> {
     /// let go), or a new one.
     fn receiver_slot(&mut self) -> Slot<T> {
         if let Some(mut spare) = self.spare_slots.pop() {
-            if let Some(state) = Arc::get_mut(&mut spare) {
-                *state.get_mut().unwrap_or_else(|e| e.into_inner()) = SlotState::Empty;
+            if Arc::get_mut(&mut spare).is_some_and(HandOff::is_empty) {
                 return spare;
             }
         }
-        slot(SlotState::Empty)
+        empty_slot()
     }
 
     /// Takes the value of the first parked sender whose wait is pending.
@@ -204,6 +203,7 @@ fn new_chan<T>(cap: Option<usize>) -> (Sender<T>, Receiver<T>) {
             receivers: 1,
         }),
         len: AtomicUsize::new(0),
+        rendezvous: cap == Some(0),
     });
     (Sender { chan: chan.clone() }, Receiver { chan })
 }
@@ -280,7 +280,7 @@ impl<T> Sender<T> {
                         false
                     }
                     Err(msg) => {
-                        let s = slot(SlotState::Value(msg));
+                        let s = Arc::new(HandOff::full(msg));
                         st.senders_waiting.push(notify, s.clone());
                         my_slot = Some(s);
                         true
@@ -351,8 +351,12 @@ impl<T> Receiver<T> {
     }
 
     fn recv_until(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
-        // Fast path: a message in the buffer or from a parked sender.
-        {
+        // Fast path: a message in the buffer or from a parked sender. When
+        // the buffer looks empty the wait below looks under the same lock
+        // before it parks, so the lock is taken once instead of twice; only a
+        // rendezvous channel, whose messages wait with their senders, always
+        // looks here first.
+        if self.chan.rendezvous || self.chan.len.load(Ordering::Relaxed) != 0 {
             let mut st = self.chan.lock();
             if let Some(v) = st.try_take() {
                 self.chan.publish_len(&st);

@@ -12,7 +12,7 @@
 use std::cell::Cell;
 use std::time::Duration;
 
-use super::{put, slot, take, Receiver, RecvError, SendError, Sender, Slot, SlotState};
+use super::{empty_slot, put, take, Receiver, RecvError, SendError, Sender, Slot};
 use crate::sched::park::{self, Notify, WaitKind, Wake};
 
 /// What registering an arm found.
@@ -57,7 +57,7 @@ impl<'a, T> RecvArm<'a, T> {
     pub fn new(rx: &'a Receiver<T>) -> Self {
         RecvArm {
             rx,
-            slot: slot(SlotState::Empty),
+            slot: empty_slot(),
             result: None,
         }
     }
@@ -135,7 +135,7 @@ impl<'a, T> SendArm<'a, T> {
         SendArm {
             tx,
             value: Some(value),
-            slot: slot(SlotState::Empty),
+            slot: empty_slot(),
             parked: false,
             result: None,
         }
