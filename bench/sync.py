@@ -47,6 +47,13 @@ def rows():
             ("crossbeam-channel, two threads", sb("crossbeam", "pingpong2", 100000), None),
             ("tokio mpsc, multi_thread(2)", sb("tokio", "pingpong2", 100000), None),
             ("go chan, GOMAXPROCS=2", go("pingpong", 100000), {"GOMAXPROCS": "2"}),
+            # The two rows above rarely cross threads: the woken task or
+            # goroutine runs next on the thread that woke it. These two
+            # keep each end on its own thread, as Spindle's two workers do.
+            ("tokio mpsc, each end on its own current_thread runtime and thread",
+             sb("tokio", "pingpong2-threads", 50000), None),
+            ("go chan, GOMAXPROCS=2, each goroutine LockOSThread'd",
+             go("pingpong-locked", 20000), {"GOMAXPROCS": "2"}),
         ]),
         ("uncontended lock+unlock", True, [
             ("spindle Mutex (fiber)", sb("spindle", "mutex", 20000000), None),

@@ -1,12 +1,15 @@
-// Channel and mutex benchmarks for Go: sync <pingpong|mutex|contended> N.
+// Channel and mutex benchmarks for Go: sync <pingpong|pingpong-locked|crossings|mutex|contended> N.
 // Run with GOMAXPROCS=1 or 2.
 package main
 
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -30,6 +33,50 @@ func main() {
 		}
 		ns = float64(time.Since(start).Nanoseconds()) / float64(n)
 		close(c1)
+	case "pingpong-locked":
+		// Each goroutine locked to its own thread: a wake cannot run the
+		// woken goroutine on the waker's thread, so every hop crosses
+		// threads (in "pingpong" the woken goroutine runs next on the
+		// waker's P).
+		runtime.LockOSThread()
+		c1 := make(chan int, 1)
+		c2 := make(chan int, 1)
+		go func() {
+			runtime.LockOSThread()
+			for v := range c1 {
+				c2 <- v
+			}
+		}()
+		start := time.Now()
+		for i := 0; i < n; i++ {
+			c1 <- i
+			<-c2
+		}
+		ns = float64(time.Since(start).Nanoseconds()) / float64(n)
+		close(c1)
+	case "crossings":
+		// "pingpong", counting the round trips whose two ends ran on
+		// different threads (no time: the bookkeeping costs).
+		var lastPong int64
+		c1 := make(chan int, 1)
+		c2 := make(chan int, 1)
+		go func() {
+			for v := range c1 {
+				atomic.StoreInt64(&lastPong, int64(syscall.Gettid()))
+				c2 <- v
+			}
+		}()
+		crossed := 0
+		for i := 0; i < n; i++ {
+			c1 <- i
+			<-c2
+			if atomic.LoadInt64(&lastPong) != int64(syscall.Gettid()) {
+				crossed++
+			}
+		}
+		close(c1)
+		fmt.Printf("CROSSED %d of %d\n", crossed, n)
+		return
 	case "mutex":
 		var m sync.Mutex
 		x := 0

@@ -3,7 +3,13 @@
 //!
 //! * `pingpong1` / `pingpong2`: a round trip between two parties over two
 //!   capacity-1 channels, on one worker / across two workers (threads for
-//!   crossbeam).
+//!   crossbeam). `tokio pingpong2` is `multi_thread(2)`, where a woken task
+//!   runs next on the worker that woke it; `tokio pingpong2-threads` puts
+//!   each end on a current_thread runtime of its own thread, so that every
+//!   hop crosses threads as in Spindle's `pingpong2`.
+//! * `crossings2` (tokio): `pingpong2`, printing the fraction of round trips
+//!   whose two ends ran on different threads (`CROSSED k of N`) instead of a
+//!   time.
 //! * `mutex`: uncontended lock+unlock.
 //! * `contended`: 4 parties each doing N/4 lock+increment+unlock on one
 //!   mutex, on two workers (threads for parking_lot).
@@ -100,6 +106,76 @@ fn main() {
                 pong.await.unwrap();
                 t.as_nanos() as f64 / n as f64
             })
+        }
+        ("tokio", "pingpong2-threads") => {
+            // Each end on a runtime of its own, on a thread of its own: a
+            // task cannot move to the thread that woke it, so every hop is
+            // a wake across threads, as between two Spindle workers. (In
+            // `multi_thread(2)` the woken task runs next on the waking
+            // worker, and both ends mostly share one thread.)
+            let (tx1, mut rx1) = tokio::sync::mpsc::channel::<u64>(1);
+            let (tx2, mut rx2) = tokio::sync::mpsc::channel::<u64>(1);
+            let pong = std::thread::spawn(move || {
+                let rt = tokio_rt(1);
+                rt.block_on(async move {
+                    tokio::spawn(async move {
+                        while let Some(v) = rx1.recv().await {
+                            tx2.send(v).await.unwrap();
+                        }
+                    })
+                    .await
+                    .unwrap()
+                })
+            });
+            let rt = tokio_rt(1);
+            let t = rt.block_on(async move {
+                tokio::spawn(async move {
+                    let start = Instant::now();
+                    for i in 0..n {
+                        tx1.send(i).await.unwrap();
+                        rx2.recv().await.unwrap();
+                    }
+                    start.elapsed()
+                })
+                .await
+                .unwrap()
+            });
+            pong.join().unwrap();
+            t.as_nanos() as f64 / n as f64
+        }
+        ("tokio", "crossings2") => {
+            // `pingpong2` on `multi_thread(2)`, counting the round trips
+            // whose two ends ran on different threads (no time: the
+            // bookkeeping costs).
+            thread_local!(static HERE: u8 = const { 0 });
+            let thread = || HERE.with(|h| h as *const u8 as usize);
+            let last_pong = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let seen = last_pong.clone();
+            tokio_rt(2).block_on(async move {
+                let (tx1, mut rx1) = tokio::sync::mpsc::channel::<u64>(1);
+                let (tx2, mut rx2) = tokio::sync::mpsc::channel::<u64>(1);
+                let pong = tokio::spawn(async move {
+                    while let Some(v) = rx1.recv().await {
+                        last_pong.store(thread(), std::sync::atomic::Ordering::Relaxed);
+                        tx2.send(v).await.unwrap();
+                    }
+                });
+                let ping = tokio::spawn(async move {
+                    let mut crossed = 0u64;
+                    for i in 0..n {
+                        tx1.send(i).await.unwrap();
+                        rx2.recv().await.unwrap();
+                        if seen.load(std::sync::atomic::Ordering::Relaxed) != thread() {
+                            crossed += 1;
+                        }
+                    }
+                    crossed
+                });
+                let crossed = ping.await.unwrap();
+                pong.await.unwrap();
+                println!("CROSSED {crossed} of {n}");
+            });
+            return;
         }
         ("crossbeam", "pingpong2") => {
             let (tx1, rx1) = crossbeam_channel::bounded::<u64>(1);
