@@ -19,41 +19,13 @@ func main() {
 	var ns float64
 	switch bench {
 	case "pingpong":
-		c1 := make(chan int, 1)
-		c2 := make(chan int, 1)
-		go func() {
-			for v := range c1 {
-				c2 <- v
-			}
-		}()
-		start := time.Now()
-		for i := 0; i < n; i++ {
-			c1 <- i
-			<-c2
-		}
-		ns = float64(time.Since(start).Nanoseconds()) / float64(n)
-		close(c1)
+		ns = pingpong(n, false)
 	case "pingpong-locked":
 		// Each goroutine locked to its own thread: a wake cannot run the
 		// woken goroutine on the waker's thread, so every hop crosses
 		// threads (in "pingpong" the woken goroutine runs next on the
 		// waker's P).
-		runtime.LockOSThread()
-		c1 := make(chan int, 1)
-		c2 := make(chan int, 1)
-		go func() {
-			runtime.LockOSThread()
-			for v := range c1 {
-				c2 <- v
-			}
-		}()
-		start := time.Now()
-		for i := 0; i < n; i++ {
-			c1 <- i
-			<-c2
-		}
-		ns = float64(time.Since(start).Nanoseconds()) / float64(n)
-		close(c1)
+		ns = pingpong(n, true)
 	case "crossings":
 		// "pingpong", counting the round trips whose two ends ran on
 		// different threads (no time: the bookkeeping costs).
@@ -107,4 +79,30 @@ func main() {
 		ns = float64(time.Since(start).Nanoseconds()) / float64(n/4*4)
 	}
 	fmt.Printf("RESULT %.3f ns\n", ns)
+}
+
+// pingpong times n round trips over two capacity-1 channels, with each
+// goroutine locked to its own thread if lock is set.
+func pingpong(n int, lock bool) float64 {
+	if lock {
+		runtime.LockOSThread()
+	}
+	c1 := make(chan int, 1)
+	c2 := make(chan int, 1)
+	go func() {
+		if lock {
+			runtime.LockOSThread()
+		}
+		for v := range c1 {
+			c2 <- v
+		}
+	}()
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		c1 <- i
+		<-c2
+	}
+	ns := float64(time.Since(start).Nanoseconds()) / float64(n)
+	close(c1)
+	return ns
 }
