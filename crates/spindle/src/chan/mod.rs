@@ -23,14 +23,13 @@
 //! queues of parked waiters. Values move by *hand-over*: a sender that finds
 //! a parked receiver puts its value in that receiver's slot (a one-value
 //! cell, `hand_off.rs`) and then tries to end the receiver's wait (the
-//! compare-exchange of `sched::park`); if
-//! the wait already ended otherwise (timed out, cancelled), it takes the
-//! value back and tries the next. A receiver that finds a parked sender
-//! ends the sender's wait first and only then takes its value. So a value
-//! is delivered exactly once, never lost to a racing timeout or cancel, and
-//! a received message is always returned — the fiber leaves at its *next*
-//! wait if it was cancelled meanwhile. `bounded(0)` is a rendezvous: no
-//! buffer, only hand-overs.
+//! compare-exchange of `sched::park`); if the wait already ended otherwise
+//! (timed out, cancelled), it takes the value back and tries the next. A
+//! receiver that finds a parked sender ends the sender's wait first and only
+//! then takes its value. So a value is delivered exactly once, never lost to
+//! a racing timeout or cancel, and a received message is always returned —
+//! the fiber leaves at its *next* wait if it was cancelled meanwhile.
+//! `bounded(0)` is a rendezvous: no buffer, only hand-overs.
 //!
 //! [`select!`](crate::select) registers one wait in every channel it
 //! watches; the first channel to win that wait completes its arm, the
