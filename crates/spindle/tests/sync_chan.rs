@@ -138,13 +138,90 @@ fn hand_overs_racing_timeouts_lose_and_duplicate_nothing() {
             r.join().unwrap();
         }
         receiver_thread.join().unwrap();
-        let mut sent = sent.lock().unwrap().clone();
-        let mut got = got.lock().unwrap().clone();
-        sent.sort_unstable();
-        got.sort_unstable();
+        let sent = sent.lock().unwrap().clone();
+        let got = got.lock().unwrap().clone();
         assert!(!sent.is_empty(), "bounded({cap}): some sends got through");
-        assert_eq!(got, sent, "bounded({cap}): received exactly what was sent");
+        assert_same_values(got, sent, &format!("bounded({cap})"));
     }
+}
+
+/// Select send arms that give up after a few microseconds, against plain
+/// receivers that also time out: a select parks its value in a slot of
+/// each channel it watches, and a receiver may take it just as the select
+/// times out. A value the select reports sent is received exactly once;
+/// one it reports unsent comes back to it (and is sent again).
+#[test]
+fn select_sends_racing_timeouts_lose_and_duplicate_nothing() {
+    const PER_SENDER: u32 = 10_000;
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let (tx_a, rx_a) = chan::bounded::<u32>(0);
+    let (tx_b, rx_b) = chan::bounded::<u32>(1);
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let senders: Vec<_> = (0..3u32)
+        .map(|p| {
+            let (tx_a, tx_b) = (tx_a.clone(), tx_b.clone());
+            rt.spawn(move || {
+                let mut retries = 0u32;
+                for i in 0..PER_SENDER {
+                    let v = p * PER_SENDER + i;
+                    loop {
+                        let wait = Duration::from_micros(1 + u64::from(i % 20));
+                        let sent = spindle::select! {
+                            send(tx_a, v) -> r => r.is_ok(),
+                            send(tx_b, v) -> r => r.is_ok(),
+                            default(wait) => false,
+                        };
+                        if sent {
+                            break;
+                        }
+                        retries += 1;
+                    }
+                }
+                retries
+            })
+        })
+        .collect();
+    drop((tx_a, tx_b));
+    let receive = |rx: chan::Receiver<u32>, got: Arc<Mutex<Vec<u32>>>| {
+        move || {
+            let mut mine = Vec::new();
+            let mut i = 0u64;
+            loop {
+                i += 1;
+                match rx.recv_timeout(Duration::from_micros(1 + i % 15)) {
+                    Ok(v) => {
+                        mine.push(v);
+                        // Busy a moment: selects pile up and time out.
+                        let until = Instant::now() + Duration::from_micros(i % 16);
+                        while Instant::now() < until {
+                            std::hint::spin_loop();
+                        }
+                    }
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => break,
+                }
+            }
+            got.lock().unwrap().extend(mine);
+        }
+    };
+    let receivers = vec![
+        rt.spawn(receive(rx_a.clone(), got.clone())),
+        rt.spawn(receive(rx_b.clone(), got.clone())),
+    ];
+    let threads = vec![
+        std::thread::spawn(receive(rx_a, got.clone())),
+        std::thread::spawn(receive(rx_b, got.clone())),
+    ];
+    let retries: u32 = senders.into_iter().map(|s| s.join().unwrap()).sum();
+    for r in receivers {
+        r.join().unwrap();
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    let got = got.lock().unwrap().clone();
+    let want: Vec<u32> = (0..3 * PER_SENDER).collect();
+    assert_same_values(got, want, &format!("select sends ({retries} timed out)"));
 }
 
 #[test]
@@ -322,4 +399,38 @@ fn a_thread_and_a_fiber_talk_over_one_channel() {
     }
     drop(tx);
     assert_eq!(fiber.join().unwrap(), (0..1000).sum());
+}
+
+/// Asserts that `got` holds the values of `want`, each as often: on a
+/// mismatch, says how many are missing and how many extra (with a few of
+/// each) instead of printing both lists.
+fn assert_same_values<T: Ord + Copy + std::fmt::Debug>(
+    mut got: Vec<T>,
+    mut want: Vec<T>,
+    what: &str,
+) {
+    got.sort_unstable();
+    want.sort_unstable();
+    let (mut missing, mut extra) = (Vec::new(), Vec::new());
+    let (mut g, mut w) = (got.iter().peekable(), want.iter().peekable());
+    loop {
+        match (g.peek(), w.peek()) {
+            (Some(a), Some(b)) if a == b => {
+                g.next();
+                w.next();
+            }
+            (Some(a), Some(b)) if a < b => extra.push(*g.next().unwrap()),
+            (Some(_), Some(_)) | (None, Some(_)) => missing.push(*w.next().unwrap()),
+            (Some(_), None) => extra.push(*g.next().unwrap()),
+            (None, None) => break,
+        }
+    }
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "{what}: {} values lost (e.g. {:?}), {} received twice or unsent (e.g. {:?})",
+        missing.len(),
+        &missing[..missing.len().min(5)],
+        extra.len(),
+        &extra[..extra.len().min(5)],
+    );
 }
