@@ -99,26 +99,8 @@ fn hand_overs_racing_timeouts_lose_and_duplicate_nothing() {
             }
         };
         let receive = |rx: chan::Receiver<u64>, got: Arc<Mutex<Vec<u64>>>| {
-            move || {
-                let mut mine = Vec::new();
-                let mut i = 0u64;
-                loop {
-                    i += 1;
-                    match rx.recv_timeout(Duration::from_micros(1 + i % 20)) {
-                        Ok(v) => {
-                            mine.push(v);
-                            // Busy a moment: senders pile up and time out.
-                            let until = Instant::now() + Duration::from_micros(i % 32);
-                            while Instant::now() < until {
-                                std::hint::spin_loop();
-                            }
-                        }
-                        Err(RecvTimeoutError::Timeout) => {}
-                        Err(RecvTimeoutError::Disconnected) => break,
-                    }
-                }
-                got.lock().unwrap().extend(mine);
-            }
+            // Busy up to 32 µs after each message: senders pile up and time out.
+            move || impatient_receiver(rx, got, 20, 32)
         };
         let senders: Vec<_> = (0..3)
             .map(|p| rt.spawn(send(p, tx.clone(), sent.clone())))
@@ -183,26 +165,8 @@ fn select_sends_racing_timeouts_lose_and_duplicate_nothing() {
         .collect();
     drop((tx_a, tx_b));
     let receive = |rx: chan::Receiver<u32>, got: Arc<Mutex<Vec<u32>>>| {
-        move || {
-            let mut mine = Vec::new();
-            let mut i = 0u64;
-            loop {
-                i += 1;
-                match rx.recv_timeout(Duration::from_micros(1 + i % 15)) {
-                    Ok(v) => {
-                        mine.push(v);
-                        // Busy a moment: selects pile up and time out.
-                        let until = Instant::now() + Duration::from_micros(i % 16);
-                        while Instant::now() < until {
-                            std::hint::spin_loop();
-                        }
-                    }
-                    Err(RecvTimeoutError::Timeout) => {}
-                    Err(RecvTimeoutError::Disconnected) => break,
-                }
-            }
-            got.lock().unwrap().extend(mine);
-        }
+        // Busy up to 16 µs after each message: selects pile up and time out.
+        move || impatient_receiver(rx, got, 15, 16)
     };
     let receivers = vec![
         rt.spawn(receive(rx_a.clone(), got.clone())),
@@ -433,4 +397,33 @@ fn assert_same_values<T: Ord + Copy + std::fmt::Debug>(
         extra.len(),
         &extra[..extra.len().min(5)],
     );
+}
+
+/// Receives until the channel disconnects, each wait giving up after
+/// 1..=`patience_us` µs, and after each message stays busy for up to
+/// `busy_us` µs (so the other side's waits pile up and time out); adds what
+/// it received to `got`.
+fn impatient_receiver<T>(
+    rx: chan::Receiver<T>,
+    got: Arc<Mutex<Vec<T>>>,
+    patience_us: u64,
+    busy_us: u64,
+) {
+    let mut mine = Vec::new();
+    let mut i = 0u64;
+    loop {
+        i += 1;
+        match rx.recv_timeout(Duration::from_micros(1 + i % patience_us)) {
+            Ok(v) => {
+                mine.push(v);
+                let until = Instant::now() + Duration::from_micros(i % busy_us);
+                while Instant::now() < until {
+                    std::hint::spin_loop();
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    got.lock().unwrap().extend(mine);
 }
