@@ -34,7 +34,7 @@ impl Fiber {
 
     /// The name given with [`Builder::name`](crate::Builder::name).
     pub fn name(&self) -> Option<&str> {
-        self.core.header.name.as_deref()
+        self.core.header.name()
     }
 
     /// Cancels the fiber, as [`JoinHandle::cancel`] does, through a handle

@@ -134,20 +134,20 @@ pub(crate) struct FiberHeader {
     /// Set by the owner worker at the first run (kept apart from `state`
     /// so that setting it needs no read-modify-write).
     started: AtomicBool,
+    /// The fiber switched out while its thread was unwinding (a wait in a
+    /// destructor). Such a fiber is never force-unwound: a second unwind
+    /// started inside a destructor would abort the process. (Beside the
+    /// other flags, where it costs no padding.)
+    pub(crate) suspended_unwinding: Cell<bool>,
     /// Worker that runs (or will run) this fiber; [`NO_OWNER`] before the
     /// first run unless pinned by `spawn_local`.
     pub(crate) owner: AtomicUsize,
     pub(crate) id: u64,
-    pub(crate) name: Option<Box<str>>,
-    join_waiter: UnsafeCell<Option<Notify>>,
-    /// Stack class chosen at spawn and the claim on it, taken at first run.
-    pub(crate) stack_class: &'static SizeClass,
-    reservation: UnsafeCell<Option<Reservation>>,
     /// The saved context; `Some` from the first run until completion.
     context: UnsafeCell<Option<Context>>,
-    /// Guard page and usable size of the stack, for the overflow report.
+    /// Guard page of the stack, for the overflow report (its length and
+    /// the usable size are the class's).
     guard_start: AtomicUsize,
-    guard_len: AtomicUsize,
     /// Index in the owner worker's table of live fibers.
     pub(crate) slot: Cell<usize>,
     /// This fiber's `corosensei::Yielder`, set at its first run.
@@ -164,10 +164,14 @@ pub(crate) struct FiberHeader {
     /// unwinds the most recently started first, so a scope's children go
     /// before the parent that waits for them.
     pub(crate) start_seq: Cell<u64>,
-    /// The fiber switched out while its thread was unwinding (a wait in a
-    /// destructor). Such a fiber is never force-unwound: a second unwind
-    /// started inside a destructor would abort the process.
-    pub(crate) suspended_unwinding: Cell<bool>,
+    // What a switch does not touch, after what it does.
+    /// Boxed twice: a thin pointer, as most fibers have no name (see
+    /// "What a header costs" in `docs/DESIGN.md`).
+    name: Option<Box<Box<str>>>,
+    join_waiter: UnsafeCell<Option<Notify>>,
+    /// Stack class chosen at spawn and the claim on it, taken at first run.
+    pub(crate) stack_class: &'static SizeClass,
+    reservation: UnsafeCell<Option<Reservation>>,
     /// The fiber runs inside a call entered from frames that cannot unwind
     /// (`io::foreign_call`: C code, an `extern "C"` function), named for
     /// dumps. Such a fiber, suspended there, is never force-unwound either
@@ -200,7 +204,7 @@ impl FiberHeader {
     ) -> FiberHeader {
         FiberHeader {
             id,
-            name,
+            name: name.map(Box::new),
             sched,
             owner: AtomicUsize::new(owner),
             park: token::ParkToken::new(),
@@ -211,7 +215,6 @@ impl FiberHeader {
             reservation: UnsafeCell::new(Some(reservation)),
             context: UnsafeCell::new(None),
             guard_start: AtomicUsize::new(0),
-            guard_len: AtomicUsize::new(0),
             slot: Cell::new(usize::MAX),
             yielder: Cell::new(std::ptr::null()),
             wait: token::WaitWord::new(),
@@ -232,18 +235,25 @@ impl FiberHeader {
         self.state.load()
     }
 
+    /// The name given at spawn, if any.
+    pub(crate) fn name(&self) -> Option<&str> {
+        self.name.as_deref().map(|name| &**name)
+    }
+
     pub(crate) fn is_started(&self) -> bool {
         self.started.load(Ordering::Acquire)
     }
 
-    /// Guard start, guard length and usable stack size (zeros before the
-    /// first run). Read by the overflow handler.
+    /// Guard start and guard length (zeros before the first run) and usable
+    /// stack size. Read by the overflow handler.
     pub(crate) fn guard(&self) -> (usize, usize, usize) {
-        (
-            self.guard_start.load(Ordering::Relaxed),
-            self.guard_len.load(Ordering::Relaxed),
-            self.stack_class.stack_size,
-        )
+        let start = self.guard_start.load(Ordering::Relaxed);
+        let len = if start == 0 {
+            0
+        } else {
+            self.stack_class.guard_len()
+        };
+        (start, len, self.stack_class.stack_size)
     }
 
     /// Takes the park token if present.

@@ -160,7 +160,7 @@ extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut l
                 len: 0,
             };
             let _ = write!(line, "\nspindle: fiber {}", fiber.id);
-            if let Some(name) = fiber.name.as_deref() {
+            if let Some(name) = fiber.name() {
                 let _ = write!(line, " \"{name}\"");
             }
             let _ = writeln!(

@@ -78,7 +78,7 @@ pub(crate) unsafe fn prepare(fiber: &FiberRef, pool: &mut stack::StackPool) -> b
     header
         .guard_start
         .store(stack.guard_start(), Ordering::Relaxed);
-    header.guard_len.store(stack.guard_len(), Ordering::Relaxed);
+    debug_assert_eq!(stack.guard_len(), header.stack_class.guard_len());
     debug_assert_eq!(stack.usable_size(), header.stack_class.stack_size);
     let body: *const FiberCore<dyn Task> = Arc::as_ptr(fiber);
     // SAFETY: owner worker, no other reference to `context` exists.
@@ -134,8 +134,7 @@ pub(crate) unsafe fn stop(fiber: &FiberRef) -> Option<stack::FiberStack> {
     let mut c = context.take()?;
     let name = || {
         header
-            .name
-            .as_deref()
+            .name()
             .map(|n| format!(" \"{n}\""))
             .unwrap_or_default()
     };

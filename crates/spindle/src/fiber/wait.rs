@@ -126,9 +126,11 @@ fn outcome_of(code: u8) -> Wake {
 #[derive(Clone)]
 pub(crate) struct WaitToken {
     fiber: FiberRef,
-    seq: u64,
-    /// The pending code of that wait (`WAITING` or `SHIELDED`).
-    pending: u8,
+    /// The fiber's wait word while this wait is pending: its sequence
+    /// number above the pending code (`WAITING` or `SHIELDED`). One word,
+    /// not two fields: a token is copied into every queue it waits in,
+    /// and a joiner's is kept in the fiber's header.
+    pending_word: u64,
 }
 
 impl WaitToken {
@@ -138,9 +140,8 @@ impl WaitToken {
     pub(crate) fn begin(fiber: FiberRef, shielded: bool) -> WaitToken {
         let pending = if shielded { SHIELDED } else { WAITING };
         WaitToken {
-            seq: fiber.header.wait.begin(pending),
+            pending_word: fiber.header.wait.begin(pending) << 8 | pending as u64,
             fiber,
-            pending,
         }
     }
 
@@ -193,7 +194,7 @@ impl WaitToken {
         let header = &self.fiber.header;
         header
             .wait
-            .complete(self.seq, self.pending, outcome_code(why))
+            .complete(self.seq(), self.pending_word as u8, outcome_code(why))
             .then(|| header.notify())
     }
 
@@ -205,8 +206,7 @@ impl WaitToken {
         let mut t = header.timer.get();
         t.wait = Some(TimedWait {
             deadline,
-            seq: self.seq,
-            pending: self.pending,
+            pending_word: self.pending_word,
         });
         let arm = match t.entry {
             None => ArmEntry::New,
@@ -228,15 +228,16 @@ impl WaitToken {
     /// Ends the wait as `Ready` without waking anybody (the waiter itself,
     /// when what it waits for was already there). True if it was pending.
     pub(crate) fn end_unwoken(&self) -> bool {
-        self.fiber
-            .header
-            .wait
-            .complete(self.seq, self.pending, outcome_code(Wake::Ready))
+        self.fiber.header.wait.complete(
+            self.seq(),
+            self.pending_word as u8,
+            outcome_code(Wake::Ready),
+        )
     }
 
     /// Whether both tokens name the same wait.
     pub(crate) fn same(&self, other: &WaitToken) -> bool {
-        self.seq == other.seq && Arc::ptr_eq(&self.fiber, &other.fiber)
+        self.seq() == other.seq() && Arc::ptr_eq(&self.fiber, &other.fiber)
     }
 
     /// Whether the wait is still pending (nobody ended it yet).
@@ -250,7 +251,11 @@ impl WaitToken {
     }
 
     fn pending_word(&self) -> u64 {
-        self.seq << 8 | self.pending as u64
+        self.pending_word
+    }
+
+    fn seq(&self) -> u64 {
+        self.pending_word >> 8
     }
 }
 
@@ -277,8 +282,8 @@ pub(crate) struct FiberTimer {
 #[derive(Clone, Copy)]
 struct TimedWait {
     deadline: Instant,
-    seq: u64,
-    pending: u8,
+    /// The wait's pending word (as in [`WaitToken`]).
+    pending_word: u64,
 }
 
 /// What a timed wait needs of its worker's heap ([`WaitToken::time_out_at`]).
@@ -296,7 +301,7 @@ impl FiberTimer {
     /// The deadline of the pending timed wait of `header`, if any.
     fn pending_deadline(&self, header: &FiberHeader) -> Option<Instant> {
         self.wait
-            .filter(|w| header.wait.load() == w.seq << 8 | w.pending as u64)
+            .filter(|w| header.wait.load() == w.pending_word)
             .map(|w| w.deadline)
     }
 }
@@ -356,8 +361,7 @@ pub(crate) fn time_out(fiber: &FiberRef, placement: Placement) -> bool {
     };
     WaitToken {
         fiber: fiber.clone(),
-        seq: w.seq,
-        pending: w.pending,
+        pending_word: w.pending_word,
     }
     .wake_at(Wake::TimedOut, placement)
 }
@@ -502,8 +506,7 @@ fn end_pending_wait(fiber: &FiberRef) -> bool {
     }
     let token = WaitToken {
         fiber: fiber.clone(),
-        seq: word >> 8,
-        pending: WAITING,
+        pending_word: word,
     };
     token.wake(Wake::Cancelled, false)
 }

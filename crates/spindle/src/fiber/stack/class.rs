@@ -83,6 +83,11 @@ pub(crate) fn size_class(stack_size: usize) -> &'static SizeClass {
 }
 
 impl SizeClass {
+    /// Length of the guard page below each of its stacks.
+    pub(crate) fn guard_len(&self) -> usize {
+        self.guard
+    }
+
     pub(super) fn slot_size(&self) -> usize {
         self.stack_size + self.guard
     }

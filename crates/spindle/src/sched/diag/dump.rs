@@ -33,11 +33,7 @@ pub(crate) fn worker_report(
     );
     for f in live {
         let h = &f.header;
-        let name = h
-            .name
-            .as_deref()
-            .map(|n| format!(" \"{n}\""))
-            .unwrap_or_default();
+        let name = h.name().map(|n| format!(" \"{n}\"")).unwrap_or_default();
         let state = if Some(h.id) == running {
             "running (asked for this dump)".to_string()
         } else if let Some(call) = h.foreign_call.get() {

@@ -122,7 +122,7 @@ pub(crate) fn running_name(w: &WorkerShared, id: u64) -> Option<String> {
     // name is immutable after spawn.
     let name = unsafe { header.as_ref() }
         .filter(|h| h.id == id)
-        .and_then(|h| h.name.as_deref().map(str::to_owned));
+        .and_then(|h| h.name().map(str::to_owned));
     w.local.steal_leave();
     name
 }

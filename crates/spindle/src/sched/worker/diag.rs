@@ -61,8 +61,7 @@ impl Worker {
         let held = since.map(|s| s.elapsed().as_millis()).unwrap_or(0);
         let name = fiber
             .header
-            .name
-            .as_deref()
+            .name()
             .map(|n| format!(" \"{n}\""))
             .unwrap_or_default();
         crate::loud::loud!(
