@@ -206,14 +206,16 @@ impl<T> JoinHandle<T> {
             header.state() & state::COMPLETE != 0,
             "spindle: the result of an unfinished fiber was taken"
         );
-        // SAFETY: COMPLETE observed with Acquire: the result slot was written
+        // COMPLETE observed with Acquire: the result was written
         // before it and nobody else reads it (this consumes the handle, and
         // the result is dropped by others only after DETACHED, which this
         // handle's drop sets later); the slot's type is the `T` this handle
         // was created with.
-        let slot = self.fiber.core.body.result_slot() as *mut Option<std::thread::Result<T>>;
-        // SAFETY: as above.
-        let taken = unsafe { (*slot).take() };
+        let mut taken: Option<std::thread::Result<T>> = None;
+        let out: *mut Option<std::thread::Result<T>> = &mut taken;
+        // SAFETY: as above: `out` is the `Option<thread::Result<T>>` of the
+        // `T` the body was spawned with, and this is the one joiner.
+        unsafe { self.fiber.core.body.take_result(out.cast()) };
         // The result is taken: this handle's drop has nothing left to do
         // but release the fiber (skipping the DETACHED handshake).
         let this = std::mem::ManuallyDrop::new(self);

@@ -69,7 +69,7 @@ pub(crate) mod wait;
 use std::cell::{Cell, UnsafeCell};
 use std::marker::PhantomData;
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 pub(crate) use context::{time_switch_pairs, Context, Switch};
@@ -109,6 +109,38 @@ pub(crate) mod state {
 /// Worker index meaning "not started, not pinned: any worker may run it".
 pub(crate) const NO_OWNER: usize = usize::MAX;
 
+/// A fiber's owner worker, kept in 32 bits ([`NO_OWNER`] as `u32::MAX`) so
+/// that it shares a word with the live-table index: every byte of the
+/// header is paid by each fiber not yet joined.
+pub(crate) struct Owner(AtomicU32);
+
+impl Owner {
+    fn new(owner: usize) -> Owner {
+        Owner(AtomicU32::new(Self::encode(owner)))
+    }
+
+    fn encode(owner: usize) -> u32 {
+        if owner == NO_OWNER {
+            return u32::MAX;
+        }
+        u32::try_from(owner)
+            .ok()
+            .filter(|&o| o != u32::MAX)
+            .expect("a worker index fits 32 bits")
+    }
+
+    pub(crate) fn load(&self, order: Ordering) -> usize {
+        match self.0.load(order) {
+            u32::MAX => NO_OWNER,
+            owner => owner as usize,
+        }
+    }
+
+    pub(crate) fn store(&self, owner: usize, order: Ordering) {
+        self.0.store(Self::encode(owner), order);
+    }
+}
+
 /// The part of a fiber the scheduler and wakers see.
 ///
 /// `repr(C)`, its first fields those a waker on another thread reads or
@@ -141,15 +173,16 @@ pub(crate) struct FiberHeader {
     pub(crate) suspended_unwinding: Cell<bool>,
     /// Worker that runs (or will run) this fiber; [`NO_OWNER`] before the
     /// first run unless pinned by `spawn_local`.
-    pub(crate) owner: AtomicUsize,
+    pub(crate) owner: Owner,
+    /// Index in the owner worker's table of live fibers (`u32::MAX`:
+    /// none). 32 bits, beside `owner`: where a `usize` cost 8 bytes more.
+    pub(crate) slot: Cell<u32>,
     pub(crate) id: u64,
     /// The saved context; `Some` from the first run until completion.
     context: UnsafeCell<Option<Context>>,
     /// Guard page of the stack, for the overflow report (its length and
     /// the usable size are the class's).
     guard_start: AtomicUsize,
-    /// Index in the owner worker's table of live fibers.
-    pub(crate) slot: Cell<usize>,
     /// This fiber's `corosensei::Yielder`, set at its first run.
     yielder: Cell<*const ()>,
     /// The innermost `time::timeout` deadline of this fiber (owner only).
@@ -206,7 +239,7 @@ impl FiberHeader {
             id,
             name: name.map(Box::new),
             sched,
-            owner: AtomicUsize::new(owner),
+            owner: Owner::new(owner),
             park: token::ParkToken::new(),
             state: token::StateWord::new(),
             started: AtomicBool::new(false),
@@ -215,7 +248,7 @@ impl FiberHeader {
             reservation: UnsafeCell::new(Some(reservation)),
             context: UnsafeCell::new(None),
             guard_start: AtomicUsize::new(0),
-            slot: Cell::new(usize::MAX),
+            slot: Cell::new(u32::MAX),
             yielder: Cell::new(std::ptr::null()),
             wait: token::WaitWord::new(),
             cancelled: token::CancelFlag::new(),
@@ -316,28 +349,45 @@ pub(crate) trait Task: Send + Sync + 'static {
     /// Drops the result, if it is still there (a panicking `Drop` is
     /// caught). Called once the fiber is complete and its handle gone.
     fn drop_result(&self);
-    /// `*mut Option<std::thread::Result<T>>` for the body's `T`.
-    fn result_slot(&self) -> *mut ();
+    /// Moves the result, if there is one, into `out`.
+    ///
+    /// # Safety
+    ///
+    /// `out` points to an `Option<std::thread::Result<T>>` for the body's
+    /// `T`, and the caller is the fiber's one joiner, after it saw
+    /// COMPLETE (Acquire).
+    unsafe fn take_result(&self, out: *mut ());
 }
 
-/// Closure and result of a fiber returning `T`.
+/// Closure, then result, of a fiber returning `T`: one cell, as the
+/// closure is gone before the result exists (a fiber's core is kept as
+/// long as its handle, so its size is paid by every fiber not yet joined).
 pub(crate) struct TaskBody<F, T> {
-    f: UnsafeCell<Option<F>>,
-    result: UnsafeCell<Option<std::thread::Result<T>>>,
+    stage: UnsafeCell<Stage<F, T>>,
+}
+
+enum Stage<F, T> {
+    /// Spawned, not yet run (or discarded).
+    Closure(F),
+    /// Returned or panicked; the result not yet taken.
+    Done(std::thread::Result<T>),
+    /// Running, or nothing left: the closure was discarded, or the fiber
+    /// was cancelled or stopped, or its result was taken or dropped.
+    Empty,
 }
 
 impl<F, T> TaskBody<F, T> {
     pub(crate) fn new(f: F) -> TaskBody<F, T> {
         TaskBody {
-            f: UnsafeCell::new(Some(f)),
-            result: UnsafeCell::new(None),
+            stage: UnsafeCell::new(Stage::Closure(f)),
         }
     }
 }
 
-// SAFETY: `f` is taken exactly once by the worker that runs the fiber (or
-// discards it), `result` is written by that worker before COMPLETE is
-// published (Release) and read by the joiner after observing it (Acquire).
+// SAFETY: the closure is taken exactly once by the worker that runs the
+// fiber (or discards it), the result is written by that worker before
+// COMPLETE is published (Release) and read by the joiner after observing it
+// (Acquire); the cell is touched by no one else in between.
 // For `spawn_local` bodies that are not `Send`, the fiber is pinned to the
 // worker that spawned it, so `f` never leaves that thread; the result type
 // is `Send`-checked by `JoinHandle`'s own `Send` impl.
@@ -352,7 +402,11 @@ where
 {
     fn run(&self, header: &FiberHeader) {
         // SAFETY: called once by the owner worker (see the Sync impl).
-        let f = unsafe { (*self.f.get()).take() }.expect("fiber body run twice");
+        let Stage::Closure(f) =
+            (unsafe { std::mem::replace(&mut *self.stage.get(), Stage::Empty) })
+        else {
+            panic!("fiber body run twice");
+        };
         if header.cancelled.is_raised() {
             // Cancelled before it could start: never run, join says so.
             drop_quietly(f, "a cancelled fiber's closure");
@@ -377,29 +431,37 @@ where
                 return;
             }
             // SAFETY: as above; COMPLETE is published after this returns.
-            unsafe { *self.result.get() = Some(Err(payload)) };
+            unsafe { *self.stage.get() = Stage::Done(Err(payload)) };
         } else if let Ok(value) = result {
             // SAFETY: as above.
-            unsafe { *self.result.get() = Some(Ok(value)) };
+            unsafe { *self.stage.get() = Stage::Done(Ok(value)) };
         }
     }
 
     fn discard(&self) {
         // SAFETY: called by the single owner of an unstarted fiber.
-        let f = unsafe { (*self.f.get()).take() };
-        drop_quietly(f, "an unstarted fiber's closure");
+        let stage = unsafe { std::mem::replace(&mut *self.stage.get(), Stage::Empty) };
+        drop_quietly(stage, "an unstarted fiber's closure");
     }
 
     fn drop_result(&self) {
         // SAFETY: called once COMPLETE and DETACHED are both set, by the
         // party that set the second: the completer has written the slot and
         // no joiner exists any more.
-        let result = unsafe { (*self.result.get()).take() };
-        drop_quietly(result, "a fiber's result");
+        let stage = unsafe { std::mem::replace(&mut *self.stage.get(), Stage::Empty) };
+        drop_quietly(stage, "a fiber's result");
     }
 
-    fn result_slot(&self) -> *mut () {
-        self.result.get().cast()
+    unsafe fn take_result(&self, out: *mut ()) {
+        // SAFETY: the caller is the one joiner of a complete fiber (the
+        // completer wrote the cell before COMPLETE, which the caller saw),
+        // and `out` is an `Option<thread::Result<T>>` for this `T` (the
+        // function's contract).
+        unsafe {
+            if let Stage::Done(result) = std::mem::replace(&mut *self.stage.get(), Stage::Empty) {
+                *out.cast::<Option<std::thread::Result<T>>>() = Some(result);
+            }
+        }
     }
 }
 

@@ -249,12 +249,16 @@ impl LiveTable {
                 self.slots.len() - 1
             }
         };
-        fiber.header.slot.set(idx);
+        // A table of 2^32 live fibers would be terabytes of stacks.
+        fiber
+            .header
+            .slot
+            .set(u32::try_from(idx).expect("fewer than 2^32 live fibers"));
         self.slots[idx] = Some(fiber);
     }
 
     fn remove(&mut self, fiber: &FiberRef) -> Option<FiberRef> {
-        let idx = fiber.header.slot.replace(usize::MAX);
+        let idx = fiber.header.slot.replace(u32::MAX) as usize;
         let taken = self.slots.get_mut(idx)?.take();
         self.free.push(idx);
         taken
