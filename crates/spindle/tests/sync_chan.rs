@@ -288,6 +288,51 @@ fn select_and_plain_receivers_on_one_channel_lose_and_duplicate_nothing() {
     assert_eq!(all, (0..2 * N).collect::<Vec<_>>());
 }
 
+/// A select woken by a hand-over on one arm, whose other arm's channel
+/// then closes before the select's fiber runs again, completes the arm
+/// that handed over: looking at the closed arm first dropped a received
+/// value, or reported a sent one unsent. One worker, so the order
+/// is fixed: the select parks, the value is handed over, the other channel
+/// closes, then the select runs. Its arms are looked at from a random
+/// start, so many rounds.
+#[test]
+fn a_value_handed_to_a_select_survives_another_arm_closing() {
+    spindle::Runtime::builder()
+        .workers(1)
+        .build()
+        .unwrap()
+        .run(|| {
+            for round in 0..200 {
+                let (tx_a, rx_a) = chan::bounded::<u32>(0);
+                let (tx_b, rx_b) = chan::bounded::<u32>(0);
+                let select = spindle::spawn(move || {
+                    spindle::select! {
+                        recv(rx_a) -> v => ("a", v.ok()),
+                        recv(rx_b) -> v => ("b", v.ok()),
+                    }
+                });
+                spindle::yield_now(); // the select runs and parks
+                tx_b.send(round).unwrap(); // handed over: the select is woken
+                drop(tx_a); // and before it runs, the other arm closes
+                assert_eq!(select.join().unwrap(), ("b", Some(round)), "round {round}");
+                // The same with a send: taken by a receiver, then the other
+                // arm closes. The select must say it sent.
+                let (tx_a, rx_a) = chan::bounded::<u32>(0);
+                let (tx_b, rx_b) = chan::bounded::<u32>(0);
+                let select = spindle::spawn(move || {
+                    spindle::select! {
+                        recv(rx_a) -> v => ("a", v.is_ok()),
+                        send(tx_b, round) -> r => ("b", r.is_ok()),
+                    }
+                });
+                spindle::yield_now();
+                assert_eq!(rx_b.recv(), Ok(round));
+                drop(tx_a);
+                assert_eq!(select.join().unwrap(), ("b", true), "round {round}");
+            }
+        });
+}
+
 #[test]
 fn select_waits_sends_times_out_and_defaults() {
     spindle::run(|| {

@@ -39,8 +39,13 @@ pub trait SelectArm {
     fn register(&mut self, wait: &SelectWait) -> Registration;
     /// Removes the registration (keeping an unsent value).
     fn unregister(&mut self, wait: &SelectWait);
-    /// After the wait ended: whether this arm completed.
-    fn check(&mut self) -> bool;
+    /// After the wait ended: whether a value was handed over through this
+    /// arm (the arm completed).
+    fn handed_over(&mut self) -> bool;
+    /// After the wait ended with no value handed over through any arm:
+    /// whether this arm's channel is closed (the arm completed with an
+    /// error).
+    fn closed(&mut self) -> bool;
     /// Whether this arm is the one that completed.
     fn is_completed(&self) -> bool;
 }
@@ -102,11 +107,15 @@ impl<T> SelectArm for RecvArm<'_, T> {
         st.receivers_waiting.remove(&wait.0);
     }
 
-    fn check(&mut self) -> bool {
+    fn handed_over(&mut self) -> bool {
         if let Some(v) = take(&self.slot) {
             self.result = Some(Ok(v));
             return true;
         }
+        false
+    }
+
+    fn closed(&mut self) -> bool {
         let st = self.rx.chan.lock();
         if st.senders == 0 && st.buf.is_empty() {
             self.result = Some(Err(RecvError));
@@ -204,13 +213,17 @@ impl<T> SelectArm for SendArm<'_, T> {
         }
     }
 
-    fn check(&mut self) -> bool {
+    fn handed_over(&mut self) -> bool {
         if self.parked && self.value.is_none() {
             // Parked with a value, and a receiver took it.
             self.parked = false;
             self.result = Some(Ok(()));
             return true;
         }
+        false
+    }
+
+    fn closed(&mut self) -> bool {
         if self.tx.chan.lock().receivers == 0 {
             if let Some(v) = self.value.take() {
                 self.result = Some(Err(SendError(v)));
@@ -309,8 +322,16 @@ pub fn __select(
             }
             _ => {}
         }
+        // A hand-over first: the one that ended the wait may be followed by
+        // another arm's channel closing before this fiber runs, and that
+        // arm, looked at first, would drop the value handed over.
         for k in 0..n {
-            if arms[(start + k) % n].check() {
+            if arms[(start + k) % n].handed_over() {
+                return true;
+            }
+        }
+        for k in 0..n {
+            if arms[(start + k) % n].closed() {
                 return true;
             }
         }
