@@ -129,6 +129,11 @@ impl Owner {
             .expect("a worker index fits 32 bits")
     }
 
+    /// Whether no worker owns the fiber yet ([`NO_OWNER`]).
+    pub(crate) fn is_none(&self, order: Ordering) -> bool {
+        self.0.load(order) == u32::MAX
+    }
+
     pub(crate) fn load(&self, order: Ordering) -> usize {
         match self.0.load(order) {
             u32::MAX => NO_OWNER,
@@ -180,24 +185,24 @@ pub(crate) struct FiberHeader {
     pub(crate) id: u64,
     /// The saved context; `Some` from the first run until completion.
     context: UnsafeCell<Option<Context>>,
-    /// Guard page of the stack, for the overflow report (its length and
-    /// the usable size are the class's).
-    guard_start: AtomicUsize,
     /// This fiber's `corosensei::Yielder`, set at its first run.
     yielder: Cell<*const ()>,
+    /// What the fiber waits on, for `spindle::dump` (owner only).
+    pub(crate) waiting_on: Cell<WaitKind>,
     /// The innermost `time::timeout` deadline of this fiber (owner only).
     pub(crate) deadline: Cell<Option<std::time::Instant>>,
     /// The `timeout` deadline that last cut a wait short (owner only).
     pub(crate) elapsed: Cell<Option<std::time::Instant>>,
     /// Its entry in its worker's timer heap (owner only).
     pub(crate) timer: Cell<wait::FiberTimer>,
-    /// What the fiber waits on, for `spindle::dump` (owner only).
-    pub(crate) waiting_on: Cell<WaitKind>,
     /// Order in which its worker started it (owner only): a runtime stop
     /// unwinds the most recently started first, so a scope's children go
     /// before the parent that waits for them.
     pub(crate) start_seq: Cell<u64>,
     // What a switch does not touch, after what it does.
+    /// Guard page of the stack, for the overflow report (its length and
+    /// the usable size are the class's).
+    guard_start: AtomicUsize,
     /// Boxed twice: a thin pointer, as most fibers have no name (see
     /// "What a header costs" in `docs/DESIGN.md`).
     name: Option<Box<Box<str>>>,
@@ -349,13 +354,14 @@ pub(crate) trait Task: Send + Sync + 'static {
     /// Drops the result, if it is still there (a panicking `Drop` is
     /// caught). Called once the fiber is complete and its handle gone.
     fn drop_result(&self);
-    /// Moves the result, if there is one, into `out`.
+    /// Moves the result, if there is one, into `out` (overwritten, not
+    /// dropped: the caller passes a `None`).
     ///
     /// # Safety
     ///
     /// `out` points to an `Option<std::thread::Result<T>>` for the body's
-    /// `T`, and the caller is the fiber's one joiner, after it saw
-    /// COMPLETE (Acquire).
+    /// `T` holding nothing to drop, and the caller is the fiber's one
+    /// joiner, after it saw COMPLETE (Acquire).
     unsafe fn take_result(&self, out: *mut ());
 }
 
@@ -431,10 +437,12 @@ where
                 return;
             }
             // SAFETY: as above; COMPLETE is published after this returns.
-            unsafe { *self.stage.get() = Stage::Done(Err(payload)) };
+            // The cell holds `Empty` (the closure was taken): nothing to
+            // drop, so a plain write.
+            unsafe { self.stage.get().write(Stage::Done(Err(payload))) };
         } else if let Ok(value) = result {
             // SAFETY: as above.
-            unsafe { *self.stage.get() = Stage::Done(Ok(value)) };
+            unsafe { self.stage.get().write(Stage::Done(Ok(value))) };
         }
     }
 
@@ -459,7 +467,8 @@ where
         // function's contract).
         unsafe {
             if let Stage::Done(result) = std::mem::replace(&mut *self.stage.get(), Stage::Empty) {
-                *out.cast::<Option<std::thread::Result<T>>>() = Some(result);
+                out.cast::<Option<std::thread::Result<T>>>()
+                    .write(Some(result));
             }
         }
     }

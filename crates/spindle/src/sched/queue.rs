@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::handshake::Handshake;
-use crate::fiber::{FiberRef, NO_OWNER};
+use crate::fiber::FiberRef;
 
 /// Position in the one service order of a scheduler: smaller runs first.
 pub(crate) use crate::fiber::Stamp;
@@ -64,8 +64,7 @@ impl Entry {
 
     /// Not started and not pinned: another worker may take it.
     fn stealable(&self) -> bool {
-        !self.fiber.header.is_started()
-            && self.fiber.header.owner.load(Ordering::Relaxed) == NO_OWNER
+        !self.fiber.header.is_started() && self.fiber.header.owner.is_none(Ordering::Relaxed)
     }
 }
 
@@ -460,7 +459,7 @@ mod tests {
 
     /// An unstarted fiber; `pinned` ones have an owner and are not stealable.
     fn fiber(sched: &Arc<Scheduler>, pinned: bool) -> FiberRef {
-        let owner = if pinned { 0 } else { NO_OWNER };
+        let owner = if pinned { 0 } else { crate::fiber::NO_OWNER };
         let reservation = sched.config.stack_class.reserve().unwrap();
         let (fiber, handle) =
             crate::fiber::new_fiber(0, || (), None, sched.clone(), owner, reservation);

@@ -251,7 +251,7 @@ pub(crate) fn yield_in_place() -> bool {
 pub(crate) fn push_new_here(sched: &Scheduler, fiber: FiberRef) -> Result<(), FiberRef> {
     with_worker(|w| match w {
         Some(w) if std::ptr::eq(Arc::as_ptr(&w.sched), sched) => {
-            let pinned = fiber.header.owner.load(Ordering::Relaxed) != crate::fiber::NO_OWNER;
+            let pinned = !fiber.header.owner.is_none(Ordering::Relaxed);
             // New work goes where other workers can take it (the inbox)
             // when this worker is stalled (its fiber blocks the thread in a
             // call), when a worker sleeps, or when this worker already has a
