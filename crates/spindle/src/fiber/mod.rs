@@ -541,4 +541,21 @@ mod tests {
             assert!(front < 48, "{front}");
         }
     }
+
+    /// Every byte of a fiber's core is paid by each fiber of a burst whose
+    /// handles are kept (100 000 in the `fibers` example: 96 bytes more
+    /// made it a third slower). A field that makes this fail should be one
+    /// every fiber needs: see "What a header costs" in `docs/DESIGN.md`.
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn a_fiber_core_stays_small() {
+        assert!(
+            std::mem::size_of::<FiberHeader>() <= 288,
+            "FiberHeader is {} bytes",
+            std::mem::size_of::<FiberHeader>()
+        );
+        // The closure, then the result, in one cell.
+        let body = std::mem::size_of::<super::TaskBody<fn() -> u64, u64>>();
+        assert!(body <= 24, "a body returning a u64 is {body} bytes");
+    }
 }
