@@ -209,8 +209,8 @@ impl<T> JoinHandle<T> {
         // COMPLETE observed with Acquire: the result was written
         // before it and nobody else reads it (this consumes the handle, and
         // the result is dropped by others only after DETACHED, which this
-        // handle's drop sets later); the slot's type is the `T` this handle
-        // was created with.
+        // handle's drop sets later); its type is the `T` this handle was
+        // created with.
         let mut taken: Option<std::thread::Result<T>> = None;
         let out: *mut Option<std::thread::Result<T>> = &mut taken;
         // SAFETY: as above: `out` is the `Option<thread::Result<T>>` of the

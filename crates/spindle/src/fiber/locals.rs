@@ -20,10 +20,10 @@ struct Slot {
     borrows: usize,
 }
 
-/// A fiber's (or a plain thread's) fiber-local values.
-/// The values of one fiber. Boxed, and only once a value is stored: the
-/// map sits in every fiber's header, and most fibers never store one (a
-/// header's every byte is paid by each of 100 000 fibers spawned at once).
+/// A fiber's (or a plain thread's) fiber-local values. Boxed, and only
+/// once a value is stored: the map sits in every fiber's header, and most
+/// fibers never store one (a header's every byte is paid by each of
+/// 100 000 fibers spawned at once).
 #[derive(Default)]
 pub(crate) struct LocalMap {
     // Boxed for the thin pointer: 8 bytes in the header, not a `Vec`'s 24.

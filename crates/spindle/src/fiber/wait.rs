@@ -192,10 +192,7 @@ impl WaitToken {
     /// token and so must schedule it.
     fn end(&self, why: Wake) -> Option<bool> {
         let header = &self.fiber.header;
-        header
-            .wait
-            .complete(self.seq(), self.pending_word as u8, outcome_code(why))
-            .then(|| header.notify())
+        self.complete(outcome_code(why)).then(|| header.notify())
     }
 
     /// Records that this wait (the running fiber's own, on its worker)
@@ -228,11 +225,7 @@ impl WaitToken {
     /// Ends the wait as `Ready` without waking anybody (the waiter itself,
     /// when what it waits for was already there). True if it was pending.
     pub(crate) fn end_unwoken(&self) -> bool {
-        self.fiber.header.wait.complete(
-            self.seq(),
-            self.pending_word as u8,
-            outcome_code(Wake::Ready),
-        )
+        self.complete(outcome_code(Wake::Ready))
     }
 
     /// Whether both tokens name the same wait.
@@ -242,7 +235,7 @@ impl WaitToken {
 
     /// Whether the wait is still pending (nobody ended it yet).
     pub(crate) fn is_pending(&self) -> bool {
-        self.fiber.header.wait.load() == self.pending_word()
+        self.fiber.header.wait.load() == self.pending_word
     }
 
     /// How the wait ended (meaningful once it is not pending).
@@ -250,8 +243,13 @@ impl WaitToken {
         outcome_of((self.fiber.header.wait.load() & 0xff) as u8)
     }
 
-    fn pending_word(&self) -> u64 {
-        self.pending_word
+    /// Moves the wait word from this wait's pending code to `outcome`, if
+    /// it is still pending: exactly one caller wins.
+    fn complete(&self, outcome: u8) -> bool {
+        self.fiber
+            .header
+            .wait
+            .complete(self.seq(), self.pending_word as u8, outcome)
     }
 
     fn seq(&self) -> u64 {
