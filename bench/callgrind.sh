@@ -8,6 +8,7 @@
 # the wrk script LUA if given: bench/pipeline.lua for 16 pipelined
 # requests per write), stops it, and prints the instructions per request
 # and the functions that spent the most of them (self cost, per request).
+# KEEP=FILE keeps the profile there, for callgrind_annotate.
 # Deterministic where CPU timings on a shared VM are not; the cost of an
 # instruction (a clock read's `rdtsc`, a cache miss) is not in it.
 set -euo pipefail
@@ -31,4 +32,4 @@ echo "requests $requests, instructions $total, per request $((total / requests))
 callgrind_annotate --inclusive=no "$out" 2>/dev/null | sed -n '/file:function/,$p' | sed -n '2,31p' \
   | awk -v r="$requests" '{c = $1; gsub(",", "", c); f = substr($0, index($0, "%)") + 4);
       sub(/ \[.*\]$/, "", f); if (c + 0 > 0) printf "%8.1f  %s\n", c / r, f}'
-rm -f "$out"
+[ -n "${KEEP:-}" ] && cp "$out" "$KEEP"; rm -f "$out"

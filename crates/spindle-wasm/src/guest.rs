@@ -15,6 +15,7 @@
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use wasmtime::component::ResourceTable;
 use wasmtime::{Engine, Store};
@@ -176,16 +177,25 @@ pub(crate) struct Admission {
 
 impl Admission {
     /// Takes a slot, waiting in the bounded queue if all are busy. `None`:
-    /// the queue is full or the wait timed out (answer 503).
-    pub(crate) fn take(host: &Arc<HostInner>) -> Option<Admission> {
-        let permit = match host.slots.try_acquire() {
-            Some(p) => p,
-            None => Admission::queue(host)?,
+    /// the queue is full or the wait timed out (answer 503). With it, how
+    /// long the request queued: zero, without reading the clock, when a
+    /// slot was free.
+    pub(crate) fn take(host: &Arc<HostInner>) -> (Option<Admission>, Duration) {
+        let (permit, queued) = match host.slots.try_acquire() {
+            Some(p) => (p, Duration::ZERO),
+            None => {
+                let start = Instant::now();
+                let permit = Admission::queue(host);
+                match permit {
+                    Some(p) => (p, start.elapsed()),
+                    None => return (None, start.elapsed()),
+                }
+            }
         };
         // The slot is handed back by `Drop`, which outlives this borrow.
         permit.forget();
         host.running.fetch_add(1, Ordering::SeqCst);
-        Some(Admission { host: host.clone() })
+        (Some(Admission { host: host.clone() }), queued)
     }
 }
 

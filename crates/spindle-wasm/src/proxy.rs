@@ -177,9 +177,7 @@ pub(crate) fn handle(proxy: &Arc<ProxyHost>, req: Request<Body>) -> Response<Bod
         .next_id
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tag: Arc<str> = format!("req {id} {} {}", req.method(), req.uri().path()).into();
-    let queue_start = Instant::now();
-    let admission = Admission::take(host);
-    let queue_wait = queue_start.elapsed();
+    let (admission, queue_wait) = Admission::take(host);
     let report_early = |outcome| {
         if let Some(observer) = &host.config.observer.0 {
             observer.request(&RequestReport {

@@ -60,6 +60,26 @@ pub fn now() -> Instant {
     worker::now()
 }
 
+/// Whether [`now`] has reached `deadline` (`now() >= deadline`), for a
+/// loop that asks on every turn. Cheaper than reading [`now`] while the
+/// deadline is more than a few milliseconds away: the kernel's coarse
+/// clock (read for a few nanoseconds, a tick or two behind) then shows it
+/// is still ahead, and the precise clock is read only once it may not be.
+/// The answer is always exact, never early nor late.
+///
+/// ```
+/// use std::time::Duration;
+/// spindle::run(|| {
+///     let deadline = spindle::time::now() + Duration::from_millis(20);
+///     assert!(!spindle::time::reached(deadline));
+///     spindle::time::sleep(Duration::from_millis(20));
+///     assert!(spindle::time::reached(deadline));
+/// });
+/// ```
+pub fn reached(deadline: Instant) -> bool {
+    worker::reached(deadline)
+}
+
 /// Moves the paused clock of the calling fiber's runtime forward by
 /// `duration`: timers that fall due fire, and the caller yields once so
 /// the fibers they wake get to run (as tokio's `time::advance`).
@@ -249,7 +269,7 @@ impl Future for Sleep {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if now() >= self.deadline {
+        if reached(self.deadline) {
             return Poll::Ready(());
         }
         if let Some(slot) = &self.armed {

@@ -438,3 +438,18 @@ fn fibers_that_mostly_answer_in_time_each_time_out_at_their_own_deadline() {
         });
     });
 }
+
+#[test]
+fn reached_is_exact_at_the_boundary_of_a_paused_clock() {
+    within(Duration::from_secs(20), || {
+        paused(1).run(|| {
+            let deadline = now() + SEC;
+            assert!(!spindle::time::reached(deadline));
+            advance(SEC - Duration::from_nanos(1));
+            assert!(!spindle::time::reached(deadline), "one nanosecond early");
+            advance(Duration::from_nanos(1));
+            assert!(spindle::time::reached(deadline), "at the deadline");
+            assert!(spindle::time::reached(now() - SEC), "in the past");
+        });
+    });
+}

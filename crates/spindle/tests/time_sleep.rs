@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use common::within;
 use spindle::Runtime;
 
 #[test]
@@ -334,5 +335,43 @@ fn shrinking_deadlines_and_finished_fibers_leave_a_bounded_timer_heap() {
         // 50 000 entries armed, 100 receivers live at a time.
         let most = most.load(std::sync::atomic::Ordering::Relaxed);
         assert!(most <= 2_500, "{most} timer entries");
+    });
+}
+
+#[test]
+fn reached_agrees_with_the_precise_clock_near_and_far_from_a_deadline() {
+    // Deadlines from a millisecond back to a second ahead: near ones are
+    // inside the coarse clock's margin and must be answered from the
+    // precise clock; every answer is checked against readings taken
+    // just before (it may not say "reached" early) and just after (nor
+    // "not yet" late).
+    within(Duration::from_secs(30), || {
+        spindle::run(|| {
+            let offsets_us: [i64; 9] = [-1_000, -1, 0, 1, 500, 2_000, 10_000, 50_000, 1_000_000];
+            for round in 0..200 {
+                for &us in &offsets_us {
+                    let base = spindle::time::now();
+                    let deadline = if us < 0 {
+                        base - Duration::from_micros(us.unsigned_abs())
+                    } else {
+                        base + Duration::from_micros(us as u64)
+                    };
+                    let before = spindle::time::now();
+                    let said = spindle::time::reached(deadline);
+                    let after = spindle::time::now();
+                    if said {
+                        assert!(after >= deadline, "round {round}, {us} µs: reached early");
+                    } else {
+                        assert!(
+                            before < deadline,
+                            "round {round}, {us} µs: missed a passed deadline"
+                        );
+                    }
+                }
+                if round % 50 == 0 {
+                    spindle::time::sleep(Duration::from_millis(3));
+                }
+            }
+        });
     });
 }

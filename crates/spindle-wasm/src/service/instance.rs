@@ -22,7 +22,7 @@ use wasmtime::AsContextMut;
 use wasmtime_wasi_http::handler::{Prepared, Proxy};
 use wasmtime_wasi_http::WasiHttpView;
 
-use super::pool::{Status, Timer};
+use super::pool::{RuntimeClock, Status, Timer};
 use super::{Job, ServiceHost};
 use crate::answer::{describe, request_body};
 use crate::config::DEFAULT_INSTANCE_REUSE;
@@ -184,7 +184,7 @@ fn run(service: Arc<ServiceHost>, id: u64, first: Job) {
                 }
                 let ready = accessor.poll_ready_for_concurrent_call(func, cx).is_ready();
                 let open = status.open(
-                    spindle::time::now(),
+                    RuntimeClock,
                     accepted,
                     reuse,
                     in_flight.len(),
@@ -203,11 +203,10 @@ fn run(service: Arc<ServiceHost>, id: u64, first: Job) {
                     return Poll::Pending;
                 }
                 if accessor.poll_no_interesting_tasks(cx).is_pending() {
-                    status.after_responses(spindle::time::now(), config.timeout);
+                    status.after_responses(RuntimeClock, config.timeout);
                     return Poll::Pending;
                 }
-                let now = spindle::time::now();
-                if status.quiet(now, ready, config.instance_idle_timeout) {
+                if status.quiet(RuntimeClock, ready, config.instance_idle_timeout) {
                     return Poll::Ready(Ok(()));
                 }
                 return Poll::Pending;

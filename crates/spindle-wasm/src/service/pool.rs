@@ -185,6 +185,39 @@ pub(super) struct Status {
     pub(super) available: Cell<bool>,
 }
 
+/// The clock a [`Status`] is asked about on every turn of its instance's
+/// loop: the runtime's ([`RuntimeClock`]), or a fixed instant (tests). A
+/// turn mostly needs only whether a deadline far ahead has come, which the
+/// runtime answers without reading the precise clock.
+pub(super) trait Clock: Copy {
+    /// The time now.
+    fn now(self) -> Instant;
+    /// Whether the time has reached `at`.
+    fn reached(self, at: Instant) -> bool {
+        self.now() >= at
+    }
+}
+
+/// The calling worker's runtime clock (`spindle::time`).
+#[derive(Clone, Copy)]
+pub(super) struct RuntimeClock;
+
+impl Clock for RuntimeClock {
+    fn now(self) -> Instant {
+        spindle::time::now()
+    }
+
+    fn reached(self, at: Instant) -> bool {
+        spindle::time::reached(at)
+    }
+}
+
+impl Clock for Instant {
+    fn now(self) -> Instant {
+        self
+    }
+}
+
 /// What the instance's timer says when it fires.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Timer {
@@ -235,8 +268,8 @@ impl Status {
     /// Whether a request in flight is past its deadline (checked, not
     /// waited for: the request fiber answers its own deadline, and the
     /// instance's driver wakes at the earliest one).
-    pub(super) fn expire_due(&self, now: Instant) -> bool {
-        if !self.expired.get() && self.stop_at.get().is_some_and(|at| now >= at) {
+    pub(super) fn expire_due(&self, clock: impl Clock) -> bool {
+        if !self.expired.get() && self.stop_at.get().is_some_and(|at| clock.reached(at)) {
             self.expired.set(true);
             self.closed.set(true);
         }
@@ -249,14 +282,14 @@ impl Status {
     /// `concurrency` are in flight, and the guest is not computing.
     pub(super) fn open(
         &self,
-        now: Instant,
+        clock: impl Clock,
         accepted: usize,
         reuse: usize,
         in_flight: usize,
         concurrency: usize,
         guest_ready: bool,
     ) -> bool {
-        self.expire_due(now);
+        self.expire_due(clock);
         if accepted >= reuse {
             self.closed.set(true);
         }
@@ -274,21 +307,26 @@ impl Status {
     /// instance is done (closed, or the guest will take no more calls);
     /// else it idles, to be dropped `idle_timeout` from `now` unless a job
     /// comes.
-    pub(super) fn quiet(&self, now: Instant, guest_ready: bool, idle_timeout: Duration) -> bool {
+    pub(super) fn quiet(
+        &self,
+        clock: impl Clock,
+        guest_ready: bool,
+        idle_timeout: Duration,
+    ) -> bool {
         if self.closed.get() || !guest_ready {
             return true;
         }
         if self.phase.get() != Phase::Idle {
-            self.enter(Phase::Idle, now + idle_timeout);
+            self.enter(Phase::Idle, clock.now() + idle_timeout);
         }
         false
     }
 
     /// Every request answered, the guest still working: bounded by one
-    /// more request timeout from `now`.
-    pub(super) fn after_responses(&self, now: Instant, timeout: Duration) {
+    /// more request timeout from now.
+    pub(super) fn after_responses(&self, clock: impl Clock, timeout: Duration) {
         if self.phase.get() != Phase::AfterResponses {
-            self.enter(Phase::AfterResponses, now + timeout);
+            self.enter(Phase::AfterResponses, clock.now() + timeout);
         }
     }
 

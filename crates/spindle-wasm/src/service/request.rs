@@ -116,9 +116,7 @@ fn submit(
     req: Request<Body>,
 ) -> Result<(Pending, oneshot::Receiver<Reply>), Box<Response<Body>>> {
     let host = &service.host;
-    let queue_start = Instant::now();
-    let admission = Admission::take(host);
-    let queue_wait = queue_start.elapsed();
+    let (admission, queue_wait) = Admission::take(host);
     let id = host.next_id.fetch_add(1, Ordering::Relaxed);
     let tag = tag(id, &req);
     let Some(admission) = admission else {

@@ -72,6 +72,22 @@ pub(crate) fn now() -> Instant {
     with_worker(|w| w.map_or_else(Instant::now, |w| w.sched.time.now()))
 }
 
+/// Whether the calling worker's runtime's clock has reached `deadline`
+/// (`now() >= deadline`), without reading the precise clock while the
+/// coarse bound shows the deadline still ahead (`TimeSource`); the real
+/// clock off the workers.
+#[inline]
+pub(crate) fn reached(deadline: Instant) -> bool {
+    with_worker(|w| match w {
+        Some(w) => match w.sched.time.not_yet_reached() {
+            // The clock is before `ahead`, so before `deadline` too.
+            Some(ahead) if ahead <= deadline => false,
+            _ => w.sched.time.now() >= deadline,
+        },
+        None => Instant::now() >= deadline,
+    })
+}
+
 /// A deadline `after` from now on the calling worker's runtime, for a
 /// timeout that may end a little late (`TimeSource::deadline_after`); from
 /// the real clock off the workers.
