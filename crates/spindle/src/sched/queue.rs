@@ -349,8 +349,14 @@ impl SharedQueue {
         if entry.stealable() {
             self.stealable.fetch_add(1, Ordering::Relaxed);
         }
+        // Published as `publish` would, without reading the buffer back:
+        // the head changes only if the queue was empty, to this entry.
+        let (was_empty, stamp) = (q.is_empty(), entry.stamp);
         q.push_back(entry);
-        self.publish(&q);
+        if was_empty {
+            self.head.store(stamp, Ordering::Release);
+        }
+        self.len.store(q.len(), Ordering::Relaxed);
     }
 
     /// Queues a woken fiber ahead of everything (accept admission).
