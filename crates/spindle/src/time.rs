@@ -65,7 +65,10 @@ pub fn now() -> Instant {
 /// deadline is more than a few milliseconds away: the kernel's coarse
 /// clock (read for a few nanoseconds, a tick or two behind) then shows it
 /// is still ahead, and the precise clock is read only once it may not be.
-/// The answer is always exact, never early nor late.
+/// The answer is `now() >= deadline`'s; it could only be late, never
+/// early, if the coarse clock ever lagged more than the few ticks it is
+/// allowed (a host starving the CPU that keeps time), as the runtime's
+/// own timers would then be.
 ///
 /// ```
 /// use std::time::Duration;
