@@ -8,14 +8,16 @@
 # the wrk script LUA if given: bench/pipeline.lua for 16 pipelined
 # requests per write), stops it, and prints the instructions per request
 # and the functions that spent the most of them (self cost, per request).
-# KEEP=FILE keeps the profile there, for callgrind_annotate.
+# KEEP=FILE keeps the profile there, for callgrind_annotate. The server
+# runs on CPU 1 and wrk on CPU 0, as in the timed benchmarks (so a
+# server sizing its workers by the CPUs it may use runs one).
 # Deterministic where CPU timings on a shared VM are not; the cost of an
 # instruction (a clock read's `rdtsc`, a cache miss) is not in it.
 set -euo pipefail
 conns=$1 binary=$2 lua=${3:-}
 port=$((19600 + RANDOM % 300))
 out=$(mktemp /tmp/callgrind.XXXXXX)
-valgrind --tool=callgrind --callgrind-out-file="$out" "$binary" "127.0.0.1:$port" >/dev/null 2>&1 &
+taskset -c 1 valgrind --tool=callgrind --callgrind-out-file="$out" "$binary" "127.0.0.1:$port" >/dev/null 2>&1 &
 vg=$!
 for _ in $(seq 100); do
   curl -s -o /dev/null "http://127.0.0.1:$port/" && break
@@ -23,7 +25,7 @@ for _ in $(seq 100); do
 done
 script=()
 [ -n "$lua" ] && script=(-s "$lua")
-requests=$(wrk -t1 "-c$conns" -d6s "${script[@]}" "http://127.0.0.1:$port/" \
+requests=$(taskset -c 0 wrk -t1 "-c$conns" -d6s "${script[@]}" "http://127.0.0.1:$port/" \
   | awk '/requests in/ {print $1}')
 kill -TERM "$vg"
 wait "$vg" || true
