@@ -186,9 +186,10 @@ impl Admission {
             None => {
                 let start = Instant::now();
                 let permit = Admission::queue(host);
+                let queued = start.elapsed();
                 match permit {
-                    Some(p) => (p, start.elapsed()),
-                    None => return (None, start.elapsed()),
+                    Some(p) => (p, queued),
+                    None => return (None, queued),
                 }
             }
         };

@@ -111,6 +111,18 @@ impl TimeSource {
         self.bound.as_ref().and_then(ClockBound::ahead_of_now)
     }
 
+    /// Whether the clock has reached `deadline` (`now() >= deadline`),
+    /// without reading it while the coarse bound shows the deadline still
+    /// ahead (see the module docs).
+    #[inline]
+    pub(crate) fn reached(&self, deadline: Instant) -> bool {
+        match self.not_yet_reached() {
+            // The clock is before `ahead`, so before `deadline` too.
+            Some(ahead) if ahead <= deadline => false,
+            _ => self.now() >= deadline,
+        }
+    }
+
     /// A deadline `after` from now for a timeout that tolerates ending a
     /// little late: measured from the coarse bound when the bound's margin
     /// is at most 1 % of `after` (so a timeout of a second or two and up

@@ -73,17 +73,11 @@ pub(crate) fn now() -> Instant {
 }
 
 /// Whether the calling worker's runtime's clock has reached `deadline`
-/// (`now() >= deadline`), without reading the precise clock while the
-/// coarse bound shows the deadline still ahead (`TimeSource`); the real
-/// clock off the workers.
+/// (`TimeSource::reached`); the real clock off the workers.
 #[inline]
 pub(crate) fn reached(deadline: Instant) -> bool {
     with_worker(|w| match w {
-        Some(w) => match w.sched.time.not_yet_reached() {
-            // The clock is before `ahead`, so before `deadline` too.
-            Some(ahead) if ahead <= deadline => false,
-            _ => w.sched.time.now() >= deadline,
-        },
+        Some(w) => w.sched.time.reached(deadline),
         None => Instant::now() >= deadline,
     })
 }
