@@ -352,7 +352,11 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode, String> {
     };
     // SIGQUIT prints the fiber dump (every fiber, what it waits for)
     // instead of a core dump.
-    let mut builder = spindle::Runtime::builder().dump_on_sigquit(true);
+    // The process allocates with jemalloc (`main.rs`), not glibc's malloc:
+    // a warm-up of glibc's arenas would only hold memory.
+    let mut builder = spindle::Runtime::builder()
+        .dump_on_sigquit(true)
+        .warm_malloc(false);
     if let Some(n) = args.workers {
         builder = builder.workers(checked_workers(n)?);
     }

@@ -69,6 +69,7 @@ pub struct RuntimeBuilder {
     stall_warning: Option<Duration>,
     dump_on_sigquit: bool,
     start_paused: bool,
+    warm_malloc: bool,
     #[cfg(feature = "tokio")]
     tokio_handle: Option<tokio::runtime::Handle>,
 }
@@ -83,6 +84,7 @@ impl Default for RuntimeBuilder {
             stall_warning: Some(Duration::from_millis(100)),
             dump_on_sigquit: false,
             start_paused: false,
+            warm_malloc: true,
             #[cfg(feature = "tokio")]
             tokio_handle: None,
         }
@@ -200,6 +202,31 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Whether each worker thread prepares the C library's malloc for
+    /// its fibers when it starts (default: on). With glibc, a thread's
+    /// arena grows page by page and is trimmed on every free at its top;
+    /// a worker grows it once and keeps the first few MiB, so bursts of
+    /// spawns neither `mprotect` nor fault in fresh pages (elsewhere it
+    /// does nothing). Turn it off in a program whose `#[global_allocator]`
+    /// is not the system's (mimalloc, jemalloc): for such an allocator the
+    /// warm-up is only memory taken and kept.
+    ///
+    /// ```
+    /// // A program with its own allocator:
+    /// //     #[global_allocator]
+    /// //     static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+    /// let rt = spindle::Runtime::builder()
+    ///     .workers(1)
+    ///     .warm_malloc(false)
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(rt.run(|| 6 * 7), 42);
+    /// ```
+    pub fn warm_malloc(mut self, on: bool) -> Self {
+        self.warm_malloc = on;
+        self
+    }
+
     /// Starts the worker threads.
     pub fn build(self) -> io::Result<Runtime> {
         fiber::overflow::install_overflow_handler();
@@ -214,6 +241,7 @@ impl RuntimeBuilder {
             thread_name: self.thread_name,
             stall_warning: self.stall_warning,
             start_paused: self.start_paused,
+            warm_malloc: self.warm_malloc,
             #[cfg(feature = "tokio")]
             tokio_handle: self.tokio_handle,
         })?);

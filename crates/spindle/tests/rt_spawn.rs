@@ -246,6 +246,32 @@ fn run_returns_the_closures_value() {
     );
 }
 
+/// Without the malloc warm-up (a program with its own allocator) bursts
+/// of spawns and joins, the path the warm-up prepares for, run the same:
+/// every value comes back, twice over on the same heap, on both workers.
+#[test]
+fn a_runtime_without_the_malloc_warm_up_runs_bursts_the_same() {
+    for warm in [false, true] {
+        let rt = Runtime::builder()
+            .workers(2)
+            .warm_malloc(warm)
+            .build()
+            .expect("runtime");
+        let sums = rt.run(|| {
+            (0..2)
+                .map(|_| {
+                    let handles: Vec<_> = (0..1_000u64)
+                        .map(|i| spindle::spawn(move || vec![i; 64].iter().sum::<u64>()))
+                        .collect();
+                    handles.into_iter().map(|h| h.join().unwrap()).sum::<u64>()
+                })
+                .collect::<Vec<_>>()
+        });
+        assert_eq!(sums, vec![64 * 999 * 1_000 / 2; 2], "warm_malloc({warm})");
+        assert_eq!(rt.shutdown(), 0);
+    }
+}
+
 #[test]
 fn stats_count_live_fibers() {
     let rt = rt(1);

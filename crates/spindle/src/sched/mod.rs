@@ -106,6 +106,9 @@ pub(crate) struct Config {
     pub(crate) stall_warning: Option<std::time::Duration>,
     /// Run on a paused clock (`time_source`).
     pub(crate) start_paused: bool,
+    /// Each worker prepares glibc's malloc arena of its thread at start
+    /// (`worker::warm_malloc_arena`).
+    pub(crate) warm_malloc: bool,
     /// The tokio runtime whose context the workers run in (the shared one
     /// when `None`).
     #[cfg(feature = "tokio")]

@@ -456,6 +456,7 @@ mod tests {
                 thread_name: "queue-test".into(),
                 stall_warning: None,
                 start_paused: false,
+                warm_malloc: false,
                 #[cfg(feature = "tokio")]
                 tokio_handle: None,
             })

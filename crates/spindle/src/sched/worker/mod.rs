@@ -284,7 +284,11 @@ impl LiveTable {
 /// Body of a worker thread.
 pub(crate) fn run(sched: Arc<Scheduler>, index: usize) {
     let _alt_stack = AltStack::ensure();
-    let _heap_guard = warm_malloc_arena();
+    let _heap_guard = if sched.config.warm_malloc {
+        warm_malloc_arena()
+    } else {
+        None
+    };
     let _ = sched.workers[index].thread.set(thread::current());
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() };
