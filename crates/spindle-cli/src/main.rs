@@ -27,7 +27,7 @@ use crate::args::{RunArgs, ServeArgs};
 /// hundreds of small allocations in wasmtime's concurrent machinery, and
 /// one of them (a body channel's block) is large enough to send glibc's
 /// `malloc` through a consolidation of its fast bins each time; with
-/// jemalloc the same request costs ~7–10 % less CPU (`docs/DESIGN.md`,
+/// jemalloc the same request costs ~9 % less CPU (`docs/DESIGN.md`,
 /// "The allocator"), for ~3 MiB more at rest.
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
