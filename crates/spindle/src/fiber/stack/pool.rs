@@ -112,18 +112,20 @@ impl StackPool {
         // else: dropping returns it to the class with its pages given back.
     }
 
-    /// Gives back the deep pages of pooled stacks; called by an idle worker,
-    /// does real work at most once a second.
-    pub(crate) fn trim(&mut self) {
-        if self.last_trim.elapsed() < Duration::from_secs(1) {
-            return;
+    /// Gives back the deep pages of pooled stacks; called by an idle worker
+    /// with the time it read, does real work at most once a second. True
+    /// if it did.
+    pub(crate) fn trim(&mut self, now: Instant) -> bool {
+        if now.saturating_duration_since(self.last_trim) < Duration::from_secs(1) {
+            return false;
         }
-        self.last_trim = Instant::now();
+        self.last_trim = now;
         self.credit_class.trim_dirty();
         for stack in &self.stacks[self.clean..] {
             stack.discard_below(KEEP_HOT);
         }
         self.clean = self.stacks.len();
+        true
     }
 
     pub(crate) fn len(&self) -> usize {

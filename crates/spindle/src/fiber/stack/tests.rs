@@ -97,7 +97,14 @@ fn trim_gives_back_the_deep_pages_of_every_stack_pooled_since_the_last() {
     pool.put(a2);
     assert!(pages.iter().all(|&p| resident(p)));
     pool.last_trim = Instant::now() - Duration::from_secs(2);
-    pool.trim();
+    assert!(
+        pool.trim(Instant::now()),
+        "a second after the last, trim works"
+    );
+    assert!(
+        !pool.trim(Instant::now()),
+        "and not again within the second"
+    );
     assert!(!pages.iter().any(|&p| resident(p)), "trim left deep pages");
 
     // Taking `b1` moves `a2` into its place; `b1` comes back used.
@@ -105,7 +112,7 @@ fn trim_gives_back_the_deep_pages_of_every_stack_pooled_since_the_last() {
     touch(deep_page(&b1));
     pool.put(b1);
     pool.last_trim = Instant::now() - Duration::from_secs(2);
-    pool.trim();
+    assert!(pool.trim(Instant::now()));
     assert!(!resident(pages[1]), "a stack pooled again was not trimmed");
 }
 

@@ -26,11 +26,22 @@ impl Worker {
         if self.last_sleep_short.get() && self.spin_for_work() {
             return;
         }
+        // The precise clock is read twice per sleep: here, and on waking
+        // from the netpoller (`sleep_inner`). A read is 25–50 ns in a VM, and
+        // a lightly loaded server sleeps every few requests; the sleep's
+        // other needs of the time (the stack pool's trim, settling timers,
+        // the poll's timeout) take this reading.
         let slept_at = Instant::now();
-        self.sleep_inner();
-        let short = slept_at.elapsed() < std::time::Duration::from_micros(SHORT_SLEEP_US);
+        let woke_at = self.sleep_inner(slept_at);
         let spin_sees_it = self.sched.workers.len() > 1 || self.pushed_work();
-        self.last_sleep_short.set(short && spin_sees_it);
+        // How long the sleep was matters only if a spin could have seen
+        // what ended it.
+        let short = spin_sees_it
+            && woke_at
+                .unwrap_or_else(Instant::now)
+                .saturating_duration_since(slept_at)
+                < std::time::Duration::from_micros(SHORT_SLEEP_US);
+        self.last_sleep_short.set(short);
     }
 
     /// Whether the shared queues the spin watches hold work.
@@ -72,14 +83,21 @@ impl Worker {
         }
     }
 
-    fn sleep_inner(&self) {
+    /// Sleeps until woken or the next timer is due; `now` is the precise
+    /// clock read just before. Returns the clock read on waking from the
+    /// netpoller, if it was read.
+    fn sleep_inner(&self, mut now: Instant) -> Option<Instant> {
         let time = &self.sched.time;
         let paused = time.is_paused();
         let next_deadline = self.state.with(|s| {
-            s.pool.trim();
+            // A trim that did its work (once a second at most) took time:
+            // the timeout below is measured from after it.
+            if s.pool.trim(now) {
+                now = Instant::now();
+            }
             // Kept entries moved only if due soon, except on a paused clock
             // (`poll::timer`).
-            let move_until = (!paused).then(|| Instant::now() + crate::poll::timer::SETTLE_AHEAD);
+            let move_until = (!paused).then(|| now + crate::poll::timer::SETTLE_AHEAD);
             s.timers.settle(move_until);
             self.publish_timer_entries(s.timers.len());
             s.timers.next_deadline()
@@ -95,7 +113,9 @@ impl Worker {
         } else {
             next_deadline
         };
-        let timeout = next_deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        // From `now`, read a moment ago: at most that moment late, never
+        // early (and the poll rounds it up to a millisecond).
+        let timeout = next_deadline.map(|d| d.saturating_duration_since(now));
         let poller = &self.sched.poller;
         let leased = poller.try_lease();
         let me = self.shared();
@@ -118,11 +138,12 @@ impl Worker {
             if leased {
                 poller.release_lease();
             }
-            return;
+            return None;
         }
         if leased {
             self.poll_events(timeout);
-            self.last_poll.set(Instant::now());
+            let woke_at = Instant::now();
+            self.last_poll.set(woke_at);
             self.wake_self(state);
             poller.release_lease();
             // Hand the lease on: if others sleep on their parker while we go
@@ -131,6 +152,7 @@ impl Worker {
             if have_work && self.sched.sleepers.load(Ordering::SeqCst) > 0 {
                 self.sched.wake_one_sleeper();
             }
+            Some(woke_at)
         } else {
             let until = next_deadline;
             while me.sleep.is(SLEEPING) && !self.sched.is_shutdown() {
@@ -146,6 +168,7 @@ impl Worker {
                 }
             }
             self.wake_self(state);
+            None
         }
     }
 
