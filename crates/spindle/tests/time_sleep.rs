@@ -145,6 +145,39 @@ fn sleep_parks_the_fiber_not_the_worker() {
     });
 }
 
+/// A lone timer on an idle worker: each of its sleeps ends at or after its
+/// deadline, across the idle worker's once-a-second trim of pooled stacks
+/// (a sleep's timeout is measured from the clock read before that trim,
+/// and re-read when the trim worked). Short sleeps for 1.2 s, with stacks
+/// pooled so the trim has work, and an `Instant` per sleep for the check.
+#[test]
+fn a_lone_timer_on_an_idle_worker_never_fires_early_across_its_trims() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    rt.run(|| {
+        // Finished fibers leave their stacks in the worker's pool.
+        let done: Vec<_> = (0..64)
+            .map(|i| spindle::spawn(move || std::hint::black_box([i as u8; 4096])[7]))
+            .collect();
+        for d in done {
+            d.join().unwrap();
+        }
+        let began = Instant::now();
+        let mut sleeps = 0;
+        while began.elapsed() < Duration::from_millis(1200) {
+            let each = Duration::from_millis(3 + sleeps % 5);
+            let start = Instant::now();
+            spindle::time::sleep(each);
+            let took = start.elapsed();
+            assert!(
+                took >= each,
+                "sleep {sleeps} of {each:?} ended after {took:?}"
+            );
+            sleeps += 1;
+        }
+        assert!(sleeps > 40, "only {sleeps} sleeps in 1.2 s");
+    });
+}
+
 #[test]
 fn park_timeout_returns_on_time_or_on_unpark() {
     spindle::run(|| {
