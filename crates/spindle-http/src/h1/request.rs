@@ -51,10 +51,15 @@ pub(crate) struct RequestHead {
     pub(crate) head_len: usize,
 }
 
-/// Header slots on the fiber's stack. Few, because every page a fiber's
-/// stack ever touches stays resident while its connection lives; a head
-/// with more headers (up to the configured limit) is parsed again with
-/// its slots on the heap.
+/// Field slots for the common shape of head (`simple_head`), on the
+/// fiber's stack. Few, because every line of a fiber's stack a request
+/// touches is a cache line to fetch again when its connection next runs;
+/// a head with more fields (up to the configured limit) is `httparse`'s.
+const SPANS_ON_STACK: usize = 24;
+
+/// `httparse`'s header slots, in [`parse_other_shape`]'s own frame: a head
+/// with more (up to the configured limit) is parsed again with its slots
+/// on the heap.
 const HEADERS_ON_STACK: usize = 24;
 
 /// Parses the request head at the start of `buf` into `request`: its
@@ -75,22 +80,82 @@ pub(crate) fn parse_request<B>(
     known_host: &mut KnownHost,
 ) -> Result<Option<RequestHead>, StatusCode> {
     // The common shape in one pass (`simple_head`); any other head is
-    // httparse's, into uninitialised slots: no allocation, no zeroing.
+    // `httparse`'s, in a frame of its own, so that its slots do not make
+    // this frame — on every request's path — larger.
+    let mut spans = [FieldSpan::default(); SPANS_ON_STACK];
+    let room = limits.max_headers.min(SPANS_ON_STACK);
+    match simple_head::scan(buf, &mut spans[..room]) {
+        Some(head) => {
+            let line = (head.method, head.target, head.minor_version, head.len);
+            let fields = Fields::Scanned(&spans[..head.fields], buf);
+            fill_request(buf, limits, line, fields, request, known_host).map(Some)
+        }
+        None => parse_other_shape(buf, limits, request, known_host),
+    }
+}
+
+/// A head [`simple_head`] left to `httparse`: parsed into slots on this
+/// frame's stack, or on the heap when it has more fields than those and
+/// the limit allows them. Kept out of line, and cold: it is the rare path,
+/// and inline its code would sit between the common path's instructions
+/// and its slots on the common path's stack.
+#[cold]
+#[inline(never)]
+fn parse_other_shape<B>(
+    buf: &[u8],
+    limits: &Limits,
+    request: &mut Request<B>,
+    known_host: &mut KnownHost,
+) -> Result<Option<RequestHead>, StatusCode> {
     let room = limits.max_headers.min(HEADERS_ON_STACK);
-    let mut spans = [FieldSpan::default(); HEADERS_ON_STACK];
     let mut on_stack =
         [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; HEADERS_ON_STACK];
     let mut on_heap = Vec::new();
-    let (line, fields) = match simple_head::scan(buf, &mut spans[..room]) {
-        Some(head) => (
-            (head.method, head.target, head.minor_version, head.len),
-            Fields::Scanned(&spans[..head.fields], buf),
-        ),
-        None => match parse_other_shape(buf, limits, &mut on_stack[..room], &mut on_heap)? {
-            Some((line, headers)) => (line, Fields::Parsed(headers)),
-            None => return Ok(None),
-        },
+    let mut req = httparse::Request::new(&mut []);
+    let mut parsed = req.parse_with_uninit_headers(buf, &mut on_stack[..room]);
+    if matches!(parsed, Err(httparse::Error::TooManyHeaders))
+        && limits.max_headers > HEADERS_ON_STACK
+    {
+        on_heap.resize_with(limits.max_headers, std::mem::MaybeUninit::uninit);
+        req = httparse::Request::new(&mut []);
+        parsed = req.parse_with_uninit_headers(buf, &mut on_heap[..]);
+    }
+    let n = match parsed {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+        }
+        Err(httparse::Error::Version) => return Err(StatusCode::HTTP_VERSION_NOT_SUPPORTED),
+        Err(_) => return Err(StatusCode::BAD_REQUEST),
     };
+    let method = req.method.unwrap_or("").as_bytes();
+    let target = req.path.unwrap_or("/").as_bytes();
+    let version = req.version.unwrap_or(u8::MAX);
+    let line = (method, target, version, n);
+    fill_request(
+        buf,
+        limits,
+        line,
+        Fields::Parsed(req.headers),
+        request,
+        known_host,
+    )
+    .map(Some)
+}
+
+/// Fills `request` in from a parsed head (see [`parse_request`]), and
+/// decides its framing. Inline in both callers: on the common path it is
+/// most of the work, and a call would only add to it.
+#[inline(always)]
+fn fill_request<B>(
+    buf: &[u8],
+    limits: &Limits,
+    line: RequestLine<'_>,
+    fields: Fields<'_, '_>,
+    request: &mut Request<B>,
+    known_host: &mut KnownHost,
+) -> Result<RequestHead, StatusCode> {
     let (method, path, minor_version, n) = line;
     if n > limits.max_head_bytes {
         return Err(too_large(&buf[..n], limits.max_head_bytes));
@@ -191,54 +256,17 @@ pub(crate) fn parse_request<B>(
         None => debug_assert_eq!(request.uri(), "/", "parse_request wants a fresh request"),
     }
     *request.version_mut() = version;
-    Ok(Some(RequestHead {
+    Ok(RequestHead {
         body: framing,
         keep_alive: !close,
         expect_continue,
         head_len: n,
-    }))
+    })
 }
 
 /// A request line as [`parse_request`] takes it apart: method, target,
 /// minor version, and the head's length.
 type RequestLine<'b> = (&'b [u8], &'b [u8], u8, usize);
-
-/// A head [`simple_head`] left to `httparse`: parsed into `on_stack`, or
-/// into `on_heap` when it has more fields than that holds and the limit
-/// allows them. Kept out of line, and cold: it is the rare path, and
-/// inline its code would sit between the common path's instructions.
-#[cold]
-#[inline(never)]
-fn parse_other_shape<'h, 'b>(
-    buf: &'b [u8],
-    limits: &Limits,
-    on_stack: &'h mut [std::mem::MaybeUninit<httparse::Header<'b>>],
-    on_heap: &'h mut Vec<std::mem::MaybeUninit<httparse::Header<'b>>>,
-) -> Result<Option<(RequestLine<'b>, &'h [httparse::Header<'b>])>, StatusCode> {
-    let mut req = httparse::Request::new(&mut []);
-    let mut parsed = req.parse_with_uninit_headers(buf, on_stack);
-    if matches!(parsed, Err(httparse::Error::TooManyHeaders))
-        && limits.max_headers > HEADERS_ON_STACK
-    {
-        on_heap.resize_with(limits.max_headers, std::mem::MaybeUninit::uninit);
-        req = httparse::Request::new(&mut []);
-        parsed = req.parse_with_uninit_headers(buf, &mut on_heap[..]);
-    }
-    let n = match parsed {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(httparse::Error::TooManyHeaders) => {
-            return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
-        }
-        Err(httparse::Error::Version) => return Err(StatusCode::HTTP_VERSION_NOT_SUPPORTED),
-        Err(_) => return Err(StatusCode::BAD_REQUEST),
-    };
-    let method = req.method.unwrap_or("").as_bytes();
-    let target = req.path.unwrap_or("/").as_bytes();
-    let version = req.version.unwrap_or(u8::MAX);
-    let headers: &'h mut [httparse::Header<'b>] = std::mem::take(&mut req.headers);
-    Ok(Some(((method, target, version, n), headers)))
-}
 
 /// A head's fields, as [`simple_head`] or `httparse` read them.
 enum Fields<'a, 'b> {
@@ -626,7 +654,9 @@ mod header_slot_tests {
 
     #[test]
     fn more_headers_than_the_stack_slots_parse_on_the_heap_up_to_the_limit() {
-        for n in [1, HEADERS_ON_STACK, HEADERS_ON_STACK + 1, 100] {
+        // Each side of the common path's slots and of httparse's.
+        let edges = [SPANS_ON_STACK, HEADERS_ON_STACK].map(|slots| [slots, slots + 1]);
+        for n in [1, 100].into_iter().chain(edges.into_iter().flatten()) {
             let (_, request) = parse_fresh(&head_with(n), &limits(100))
                 .unwrap_or_else(|s| panic!("{n} headers: {s}"))
                 .expect("complete");
