@@ -103,6 +103,17 @@ impl TimeSource {
         }
     }
 
+    /// The current time, for a caller that has just read the real clock
+    /// (`real`) for its own ends: `real` itself unless the clock is paused,
+    /// so that the two need one reading between them.
+    #[inline]
+    pub(crate) fn now_given_real(&self, real: Instant) -> Instant {
+        match &self.paused {
+            None => real,
+            Some(_) => self.now(),
+        }
+    }
+
     /// An instant this clock has surely not reached yet, if one can be had
     /// without reading the clock itself (see the module docs): a real
     /// clock whose coarse twin works. `None` means: read [`now`](Self::now).

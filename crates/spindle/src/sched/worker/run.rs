@@ -33,7 +33,10 @@ impl Worker {
                 }
                 continue;
             }
-            if self.fire_timers(self.sched.time.now()) > 0 || self.steal() {
+            // Nothing queued: timers due by now, then others' work. (The
+            // coarse bound again, not the precise clock: going to sleep
+            // reads that, and a sleep's timeout ends at the next deadline.)
+            if self.timers_per_dispatch() > 0 || self.steal() {
                 continue;
             }
             self.sleep();
@@ -219,12 +222,13 @@ impl Worker {
         if no_timers && !poller.has_registrations() {
             return;
         }
-        self.fire_timers(self.sched.time.now());
-        let now = Instant::now();
+        // One reading of the clock serves the timers and the cadence.
+        let real = Instant::now();
+        self.fire_timers(self.sched.time.now_given_real(real));
         if poller.has_registrations()
-            && now.duration_since(self.last_poll.get()) >= crate::poll::CADENCE
+            && real.duration_since(self.last_poll.get()) >= crate::poll::CADENCE
         {
-            self.last_poll.set(now);
+            self.last_poll.set(real);
             if poller.try_lease() {
                 self.poll_events(Some(std::time::Duration::ZERO));
                 poller.release_lease();
@@ -290,11 +294,12 @@ impl Worker {
 
     /// Per dispatch: fire the timers that are due (cheap when none are
     /// armed: one emptiness check; cheap too while the earliest is surely
-    /// not due, by the coarse clock's bound, `time_source`).
+    /// not due, by the coarse clock's bound, `time_source`). Returns what
+    /// [`fire_timers`](Self::fire_timers) does.
     #[inline]
-    fn timers_per_dispatch(&self) {
+    fn timers_per_dispatch(&self) -> usize {
         let Some(earliest) = self.state.with(|s| s.timers.next_deadline()) else {
-            return;
+            return 0;
         };
         if let Some(ahead) = self.sched.time.not_yet_reached() {
             if ahead < earliest {
@@ -302,9 +307,9 @@ impl Worker {
                 // is taken before is one whose deadline is past the bound
                 // (`fire_timers`), which holds for every entry armed now.
                 self.timer_sample.set((ahead, self.sched.current_stamp()));
-                return;
+                return 0;
             }
         }
-        self.fire_timers(self.sched.time.now());
+        self.fire_timers(self.sched.time.now())
     }
 }
