@@ -27,15 +27,16 @@ use crate::sched::{park, worker};
 
 /// Sleeps for `duration`: parks the fiber (or blocks the thread).
 pub fn sleep(duration: Duration) {
-    match now().checked_add(duration) {
-        Some(deadline) => sleep_until(deadline),
+    let now = now();
+    match now.checked_add(duration) {
+        Some(deadline) => park::sleep_until(Some(now), deadline),
         None => park::sleep_forever(),
     }
 }
 
 /// Sleeps until `deadline`: parks the fiber (or blocks the thread).
 pub fn sleep_until(deadline: Instant) {
-    park::sleep_until(deadline)
+    park::sleep_until(None, deadline)
 }
 
 pub use crate::fiber::wait::Elapsed;

@@ -283,8 +283,11 @@ pub(crate) fn sleep_forever() -> ! {
 }
 
 /// Parks the calling fiber until `deadline` (`time::sleep_until`); a
-/// thread, or a fiber that may not switch, sleeps in place.
-pub(crate) fn sleep_until(deadline: Instant) {
+/// thread, or a fiber that may not switch, sleeps in place. `read_at` is
+/// the runtime's clock (`time::now`) if the caller read it a moment ago
+/// (`time::sleep`, which computed the deadline from it): a precise read
+/// is 25–50 ns in a VM, and a sleep needs no more than that one.
+pub(crate) fn sleep_until(read_at: Option<Instant>, deadline: Instant) {
     if crate::fiber::running_is_stopped() {
         // A runtime stop is unwinding this fiber: a destructor's sleep
         // would only hold up the stop.
@@ -297,12 +300,17 @@ pub(crate) fn sleep_until(deadline: Instant) {
         }
         return;
     }
-    while super::worker::now() < deadline {
+    let mut now = read_at.unwrap_or_else(super::worker::now);
+    while now < deadline {
         // Nothing but the timer (or a cancel, or a timeout) ends this wait.
         match wait(WaitKind::Sleep, Some(deadline), |_| true, |_| ()) {
             Wake::Cancelled => exit_cancelled(),
             Wake::Elapsed => elapsed_exit(),
+            // The timer ends the wait only once the clock has reached the
+            // deadline (`poll::timer`): no need to ask the clock again.
+            Wake::TimedOut => return,
             _ => {}
         }
+        now = super::worker::now();
     }
 }

@@ -74,6 +74,10 @@ pub(crate) struct LocalQueue {
     published_len: AtomicUsize,
     /// Entries that another worker could run (unstarted, unpinned).
     stealable: usize,
+    /// Entries queued by their own `yield_now`: while there are none, a
+    /// timer's wake finds its place by stamp alone
+    /// ([`insert_timer_wake`](Self::insert_timer_wake)).
+    yielders: usize,
 }
 
 impl LocalQueue {
@@ -82,6 +86,7 @@ impl LocalQueue {
             entries: VecDeque::with_capacity(256),
             published_len: AtomicUsize::new(0),
             stealable: 0,
+            yielders: 0,
         }
     }
 
@@ -92,6 +97,7 @@ impl LocalQueue {
     #[inline]
     pub(crate) fn push(&mut self, entry: Entry) {
         self.stealable += entry.stealable() as usize;
+        self.yielders += entry.yielded as usize;
         self.entries.push_back(entry);
         self.publish();
     }
@@ -100,6 +106,7 @@ impl LocalQueue {
     pub(crate) fn pop(&mut self) -> Option<Entry> {
         let e = self.entries.pop_front()?;
         self.stealable -= e.stealable() as usize;
+        self.yielders -= e.yielded as usize;
         self.publish();
         Some(e)
     }
@@ -110,12 +117,26 @@ impl LocalQueue {
     /// yielder's place (and stamp, so the queue stays in stamp order). A
     /// fiber that computes and yields gives way to a due timer instead of
     /// holding it back by a whole pass over the yielders.
+    ///
+    /// Timers fire in bursts (a thousand sleepers of the same millisecond
+    /// get the same stamp), so the place is found without walking the
+    /// queue when no yielder is queued: the queue is in stamp order, and
+    /// a burst's wakes land at the back, one after the other. A walk from
+    /// the front made a burst of n wakes cost n²/2 looks.
     pub(crate) fn insert_timer_wake(&mut self, stamp: Stamp, fiber: FiberRef) {
-        let at = self
-            .entries
-            .iter()
-            .position(|e| e.yielded || e.stamp > stamp)
-            .unwrap_or(self.entries.len());
+        let at = if self.yielders == 0 {
+            match self.entries.back() {
+                Some(last) if last.stamp > stamp => {
+                    self.entries.partition_point(|e| e.stamp <= stamp)
+                }
+                _ => self.entries.len(),
+            }
+        } else {
+            self.entries
+                .iter()
+                .position(|e| e.yielded || e.stamp > stamp)
+                .unwrap_or(self.entries.len())
+        };
         let stamp = self.entries.get(at).map_or(stamp, |e| e.stamp.min(stamp));
         let entry = Entry::new(stamp, fiber);
         self.stealable += entry.stealable() as usize;
@@ -175,6 +196,7 @@ impl LocalQueue {
             };
             let Some(e) = next else { break };
             if e.stealable() {
+                self.yielders -= e.yielded as usize;
                 taken.push(e);
             } else {
                 passed.push(e);
@@ -200,6 +222,7 @@ impl LocalQueue {
         while let Some(e) = older.pop() {
             debug_assert!(e.stamp <= self.head_stamp());
             self.stealable += e.stealable() as usize;
+            self.yielders += e.yielded as usize;
             self.entries.push_front(e);
         }
         self.publish();
@@ -488,6 +511,83 @@ mod tests {
 
     fn queued_stamps(q: &mut LocalQueue) -> Vec<u64> {
         std::iter::from_fn(|| q.pop()).map(|e| e.stamp).collect()
+    }
+
+    /// Where a timer's wake goes, found the plain way: before the first
+    /// yielder or the first newer entry, taking that entry's stamp if older.
+    fn insert_by_walking(q: &mut Vec<(u64, usize, bool)>, stamp: u64, id: usize) {
+        let at = q
+            .iter()
+            .position(|&(s, _, yielded)| yielded || s > stamp)
+            .unwrap_or(q.len());
+        let stamp = q.get(at).map_or(stamp, |e| e.0.min(stamp));
+        q.insert(at, (stamp, id, false));
+    }
+
+    #[test]
+    fn timer_wakes_land_where_a_walk_from_the_front_puts_them() {
+        let s = scheduler();
+        let fibers: Vec<FiberRef> = (0..16).map(|_| fiber(&s, true)).collect();
+        let id = |f: &FiberRef| {
+            fibers
+                .iter()
+                .position(|g| Arc::ptr_eq(f, g))
+                .expect("one of ours")
+        };
+        let mut q = LocalQueue::new();
+        let mut model: Vec<(u64, usize, bool)> = Vec::new();
+        let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut stamp = 1u64;
+        for step in 0..20_000 {
+            let r = next();
+            let who = (r >> 8) as usize % fibers.len();
+            match r % 16 {
+                // Bursts of wakes with one stamp, as a timer tick makes.
+                0..=5 => {
+                    let at = stamp.saturating_sub((r >> 20) % 8).max(1);
+                    for _ in 0..=(r >> 32) % 4 {
+                        q.insert_timer_wake(at, fibers[who].clone());
+                        insert_by_walking(&mut model, at, who);
+                    }
+                }
+                6..=8 => {
+                    let yielded = r % 16 == 8 && (r >> 40) % 4 == 0;
+                    stamp += 1;
+                    q.push(Entry {
+                        stamp,
+                        fiber: fibers[who].clone(),
+                        yielded,
+                    });
+                    model.push((stamp, who, yielded));
+                }
+                9..=13 => {
+                    let got = q.pop().map(|e| (e.stamp, id(&e.fiber), e.yielded));
+                    let want = (!model.is_empty()).then(|| model.remove(0));
+                    assert_eq!(got, want, "pop at step {step}");
+                }
+                14 => q.push_urgent(fibers[who].clone()),
+                _ => {
+                    // A merge: everything out and back in front, in order.
+                    let mut all: Vec<Entry> = std::iter::from_fn(|| q.pop()).collect();
+                    q.prepend(&mut all);
+                }
+            }
+            if r % 16 == 14 {
+                model.insert(0, (URGENT_STAMP, who, false));
+            }
+            assert_eq!(q.len(), model.len());
+            assert_eq!(q.yielders, model.iter().filter(|e| e.2).count());
+        }
+        let rest: Vec<_> = std::iter::from_fn(|| q.pop())
+            .map(|e| (e.stamp, id(&e.fiber), e.yielded))
+            .collect();
+        assert_eq!(rest, model);
     }
 
     #[test]
