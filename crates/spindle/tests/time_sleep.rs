@@ -178,6 +178,60 @@ fn a_lone_timer_on_an_idle_worker_never_fires_early_across_its_trims() {
     });
 }
 
+/// Bursts of timers — a thousand fibers sleeping the same millisecond —
+/// with and without compute fibers yielding beside them (which change how
+/// a timer's wake is queued): no sleep ends before its deadline, by the
+/// clock the sleeper reads itself, and the yielders do not hold the
+/// sleepers back a pass each.
+#[test]
+fn bursts_of_sleepers_among_yielders_never_wake_early() {
+    within(Duration::from_secs(60), || {
+        let rt = Runtime::builder().workers(1).build().unwrap();
+        for yielders in [0, 3] {
+            rt.run(move || {
+                let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let spinning: Vec<_> = (0..yielders)
+                    .map(|_| {
+                        let stop = stop.clone();
+                        spindle::spawn(move || {
+                            let mut turns = 0u64;
+                            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                                spindle::yield_now();
+                                turns += 1;
+                            }
+                            turns
+                        })
+                    })
+                    .collect();
+                let sleepers: Vec<_> = (0..1_000u64)
+                    .map(|i| {
+                        spindle::spawn(move || {
+                            for round in 0..20u64 {
+                                let each = Duration::from_millis(1 + (i + round) % 3);
+                                let start = Instant::now();
+                                if round % 2 == 0 {
+                                    spindle::time::sleep(each);
+                                } else {
+                                    spindle::time::sleep_until(start + each);
+                                }
+                                let took = start.elapsed();
+                                assert!(took >= each, "a {each:?} sleep ended after {took:?}");
+                            }
+                        })
+                    })
+                    .collect();
+                for s in sleepers {
+                    s.join().unwrap();
+                }
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                for y in spinning {
+                    assert!(y.join().unwrap() > 0);
+                }
+            });
+        }
+    });
+}
+
 #[test]
 fn park_timeout_returns_on_time_or_on_unpark() {
     spindle::run(|| {
