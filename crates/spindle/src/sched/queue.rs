@@ -78,6 +78,10 @@ pub(crate) struct LocalQueue {
     /// timer's wake finds its place by stamp alone
     /// ([`insert_timer_wake`](Self::insert_timer_wake)).
     yielders: usize,
+    /// Where the first yielder is, when known: kept up by the common
+    /// changes (a push, a pop, a wake placed before it), forgotten by the
+    /// rare ones (a merge, a steal), then found again by one walk.
+    first_yielder: Option<usize>,
 }
 
 impl LocalQueue {
@@ -87,6 +91,7 @@ impl LocalQueue {
             published_len: AtomicUsize::new(0),
             stealable: 0,
             yielders: 0,
+            first_yielder: None,
         }
     }
 
@@ -97,6 +102,9 @@ impl LocalQueue {
     #[inline]
     pub(crate) fn push(&mut self, entry: Entry) {
         self.stealable += entry.stealable() as usize;
+        if entry.yielded && self.yielders == 0 {
+            self.first_yielder = Some(self.entries.len());
+        }
         self.yielders += entry.yielded as usize;
         self.entries.push_back(entry);
         self.publish();
@@ -107,6 +115,11 @@ impl LocalQueue {
         let e = self.entries.pop_front()?;
         self.stealable -= e.stealable() as usize;
         self.yielders -= e.yielded as usize;
+        self.first_yielder = match self.first_yielder {
+            // That was the first yielder: the next is found when needed.
+            Some(0) | None => None,
+            Some(i) => Some(i - 1),
+        };
         self.publish();
         Some(e)
     }
@@ -121,8 +134,11 @@ impl LocalQueue {
     /// Timers fire in bursts (a thousand sleepers of the same millisecond
     /// get the same stamp), so the place is found without walking the
     /// queue when no yielder is queued: the queue is in stamp order, and
-    /// a burst's wakes land at the back, one after the other. A walk from
-    /// the front made a burst of n wakes cost n²/2 looks.
+    /// a burst's wakes land at the back, one after the other. With
+    /// yielders queued, the place is the first newer entry or the first
+    /// yielder, whichever comes first; the first yielder's place is kept
+    /// (`first_yielder`), so a burst does not walk to it once per wake. A
+    /// walk from the front made a burst of n wakes cost n²/2 looks.
     pub(crate) fn insert_timer_wake(&mut self, stamp: Stamp, fiber: FiberRef) {
         let at = if self.yielders == 0 {
             match self.entries.back() {
@@ -132,10 +148,23 @@ impl LocalQueue {
                 _ => self.entries.len(),
             }
         } else {
-            self.entries
-                .iter()
-                .position(|e| e.yielded || e.stamp > stamp)
-                .unwrap_or(self.entries.len())
+            let first = match self.first_yielder {
+                Some(f) => f,
+                None => {
+                    let len = self.entries.len();
+                    let f = self.entries.iter().position(|e| e.yielded).unwrap_or(len);
+                    debug_assert!(f < len, "a yielder is counted but not queued");
+                    f
+                }
+            };
+            let at = self
+                .entries
+                .partition_point(|e| e.stamp <= stamp)
+                .min(first);
+            // The wake goes in at or before the first yielder, which moves
+            // one place back.
+            self.first_yielder = Some(first + 1);
+            at
         };
         let stamp = self.entries.get(at).map_or(stamp, |e| e.stamp.min(stamp));
         let entry = Entry::new(stamp, fiber);
@@ -146,6 +175,9 @@ impl LocalQueue {
 
     /// Queues a woken fiber ahead of everything (accept admission).
     pub(crate) fn push_urgent(&mut self, fiber: FiberRef) {
+        if let Some(f) = &mut self.first_yielder {
+            *f += 1;
+        }
         self.entries.push_front(Entry::new(URGENT_STAMP, fiber));
         self.publish();
     }
@@ -212,6 +244,7 @@ impl LocalQueue {
             taken.reverse();
         }
         self.stealable -= taken.len();
+        self.first_yielder = None;
         self.publish();
         taken
     }
@@ -225,6 +258,7 @@ impl LocalQueue {
             self.yielders += e.yielded as usize;
             self.entries.push_front(e);
         }
+        self.first_yielder = None;
         self.publish();
     }
 
@@ -557,7 +591,7 @@ mod tests {
                     }
                 }
                 6..=8 => {
-                    let yielded = r % 16 == 8 && (r >> 40) % 4 == 0;
+                    let yielded = r % 16 == 8;
                     stamp += 1;
                     q.push(Entry {
                         stamp,
@@ -583,6 +617,9 @@ mod tests {
             }
             assert_eq!(q.len(), model.len());
             assert_eq!(q.yielders, model.iter().filter(|e| e.2).count());
+            if let Some(f) = q.first_yielder {
+                assert_eq!(Some(f), model.iter().position(|e| e.2), "step {step}");
+            }
         }
         let rest: Vec<_> = std::iter::from_fn(|| q.pop())
             .map(|e| (e.stamp, id(&e.fiber), e.yielded))
