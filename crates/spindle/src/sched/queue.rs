@@ -140,13 +140,14 @@ impl LocalQueue {
     /// (`first_yielder`), so a burst does not walk to it once per wake. A
     /// walk from the front made a burst of n wakes cost n²/2 looks.
     pub(crate) fn insert_timer_wake(&mut self, stamp: Stamp, fiber: FiberRef) {
+        // In stamp order: after every entry not newer — the back, for a
+        // burst's wakes.
+        let by_stamp = match self.entries.back() {
+            Some(last) if last.stamp > stamp => self.entries.partition_point(|e| e.stamp <= stamp),
+            _ => self.entries.len(),
+        };
         let at = if self.yielders == 0 {
-            match self.entries.back() {
-                Some(last) if last.stamp > stamp => {
-                    self.entries.partition_point(|e| e.stamp <= stamp)
-                }
-                _ => self.entries.len(),
-            }
+            by_stamp
         } else {
             let first = match self.first_yielder {
                 Some(f) => f,
@@ -157,14 +158,10 @@ impl LocalQueue {
                     f
                 }
             };
-            let at = self
-                .entries
-                .partition_point(|e| e.stamp <= stamp)
-                .min(first);
             // The wake goes in at or before the first yielder, which moves
             // one place back.
             self.first_yielder = Some(first + 1);
-            at
+            by_stamp.min(first)
         };
         let stamp = self.entries.get(at).map_or(stamp, |e| e.stamp.min(stamp));
         let entry = Entry::new(stamp, fiber);
