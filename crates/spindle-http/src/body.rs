@@ -722,9 +722,14 @@ const FLUSH_AT: usize = 32 * 1024;
 ///
 /// `Length(n)`: exactly `n` bytes, or an error — more is not sent, and
 /// either way the caller closes the connection so the client sees a cut
-/// message, not a wrong one; trailers are dropped. `Chunked`: a chunk per
-/// piece, then the last chunk with the trailers. `Close`: the data as it
-/// is (the connection's end ends it).
+/// message, not a wrong one; trailers are dropped. Once `n` bytes are
+/// out the message is complete: the body's end is not waited for (what
+/// hyper does — a body whose writer closes it a while after its last
+/// byte, as a WASI 0.3 guest's does, holds up neither the client nor the
+/// next request on the connection); only more data it has ready at once
+/// shows it longer than declared. `Chunked`: a chunk per piece, then the
+/// last chunk with the trailers. `Close`: the data as it is (the
+/// connection's end ends it).
 pub(crate) fn write_polled(
     polled: &mut Polled,
     framing: crate::h1::encode::ResponseFraming,
@@ -738,6 +743,10 @@ pub(crate) fn write_polled(
         let ready = polled.poll_data(&mut Context::from_waker(std::task::Waker::noop()));
         let next = match ready {
             Poll::Ready(next) => next,
+            // All the declared bytes are out: the message is complete.
+            Poll::Pending if matches!(framing, ResponseFraming::Length(n) if sent == n) => {
+                break Ok(());
+            }
             Poll::Pending => match flush(out) {
                 Ok(()) => spindle::block_on(std::future::poll_fn(|cx| polled.poll_data(cx))),
                 Err(e) => return Err(e),

@@ -246,6 +246,31 @@ fn the_head_goes_out_before_a_wait_for_the_first_data() {
     assert!(rest.ends_with("hello"), "{rest}");
 }
 
+/// Every declared byte sent is the whole message: the body's end is not
+/// waited for (what hyper does), so a body whose writer closes it late —
+/// here never — holds up neither the client nor the next request on the
+/// connection.
+#[test]
+fn a_body_with_all_its_declared_bytes_out_is_done_without_its_end() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let feed = Feed::default();
+    let addr = start(&rt, feed.clone());
+    // `/waits` declares 11: all of them, and the feed left open.
+    feed.push(Item::Data(b"hello "));
+    feed.push(Item::Data(b"world"));
+    let r = raw(
+        addr,
+        b"GET /waits HTTP/1.1\r\nHost: a\r\n\r\nGET /exact HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.matches("HTTP/1.1 200").count(), 2, "{r:?}");
+    assert!(
+        r.contains("content-length: 11\r\n\r\nhello worldHTTP/1.1 200"),
+        "{r:?}"
+    );
+    assert!(r.ends_with("\r\n\r\nhello"), "{r:?}");
+    feed.close();
+}
+
 /// A body shorter or longer than its size, one that fails, one that
 /// panics: each response is cut off (the client sees an incomplete
 /// message, never a wrong one; a longer body is cut at its size) and the
