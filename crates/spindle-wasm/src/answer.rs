@@ -209,12 +209,13 @@ where
 /// The frames the guest has written already, without waiting for more:
 /// `Ok(true)` if that was the whole body.
 ///
-/// Up to `yields` times, a body that has nothing yet gets a
-/// `spindle::yield_now` before it is looked at again: a WASI 0.3 guest
-/// usually returns its response first and writes the body from a task of
-/// its own a turn or two later in its instance's loop (which most often
-/// runs on this worker), and a small body that makes it in time still
-/// goes out with a `Content-Length`, in one write with the head.
+/// When a look finds nothing more, `look_again(took, have)` (`took`:
+/// whether that look took anything; `have`: the bytes taken so far) may
+/// wait for the writer and says whether to look again:
+/// a WASI 0.3 guest usually returns its response first and writes the
+/// body from a task of its own a turn later in its instance's loop, and a
+/// small body that makes it in time still goes out with a
+/// `Content-Length`, in one write with the head (`service/rests.rs`).
 ///
 /// The frames are kept as they came while there is one: the usual small
 /// body is a single frame, handed on without a copy (and without an
@@ -225,7 +226,7 @@ pub(crate) fn take_ready<B, W>(
     body: &mut B,
     writer: &mut W,
     trailers: &Trailers,
-    yields: u32,
+    mut look_again: impl FnMut(bool, usize) -> bool,
 ) -> (Bytes, Result<bool, String>)
 where
     B: http_body::Body<Data = Bytes> + Unpin,
@@ -234,8 +235,8 @@ where
 {
     let mut first = Bytes::new();
     let mut more: Option<BytesMut> = None;
-    let mut yielded = 0;
     loop {
+        let mut took = false;
         // Frames until the body has nothing now: Some(whole?) to stop.
         let mut sweep = |cx: &mut Context<'_>| -> Option<Result<bool, String>> {
             loop {
@@ -246,9 +247,11 @@ where
                             Ok(data) => data,
                             Err(frame) => {
                                 keep_trailers(trailers, frame);
+                                took = true;
                                 continue; // trailers carry no data
                             }
                         };
+                        took = true;
                         let len = if first.is_empty() && more.is_none() {
                             first = data;
                             first.len()
@@ -274,11 +277,7 @@ where
         };
         let result = match stop {
             Some(result) => result,
-            None if yielded < yields => {
-                yielded += 1;
-                spindle::yield_now();
-                continue;
-            }
+            None if look_again(took, more.as_ref().map_or(first.len(), |m| m.len())) => continue,
             None => Ok(false),
         };
         return (more.map_or(first, BytesMut::freeze), result);
@@ -361,7 +360,7 @@ where
 }
 
 /// A single valid `Content-Length` among `headers` (RFC 9110 §8.6).
-fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
+pub(crate) fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
     let mut values = headers.get_all(http::header::CONTENT_LENGTH).iter();
     let first = values.next()?;
     if values.next().is_some() {

@@ -302,7 +302,7 @@ pub(crate) fn handle(proxy: &Arc<ProxyHost>, req: Request<Body>) -> Response<Bod
     };
     let (parts, mut body) = response.into_parts();
     let trailers = Trailers::default();
-    let (taken, complete) = take_ready(&mut body, &mut exchange, &trailers, 0);
+    let (taken, complete) = take_ready(&mut body, &mut exchange, &trailers, |_, _| false);
     let body = match complete {
         Ok(true) => {
             // The whole body is here; let the guest finish what it does

@@ -159,6 +159,113 @@ fn p3_echo_streams_a_3_mb_chunked_upload_back_byte_exact() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A body the guest writes from a task of its own after answering: the
+/// echo's, with no `Content-Length`, whole once the guest ends it or
+/// streamed when it does not in time — either way complete, and the next
+/// request on the connection answered after it; hello's, with one, goes
+/// out whole with its head (one response each, never chunked) without
+/// waiting for the guest to close its stream.
+#[test]
+fn p3_bodies_written_after_the_answer_go_out_complete_and_the_connection_goes_on() {
+    let (_rt, addr, _host) = serve_p3("echo-p3", 1, config());
+    let answers = raw(
+        addr,
+        "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 11\r\n\r\nhello world\
+         POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nConnection: close\r\n\r\nbye",
+    );
+    assert_eq!(answers.matches("HTTP/1.1 200").count(), 2, "{answers}");
+    let bodies: String = answers
+        .split("HTTP/1.1 200")
+        .skip(1)
+        .map(|r| {
+            let body = &r[r.find("\r\n\r\n").expect("a head") + 4..];
+            if r.contains("transfer-encoding: chunked") {
+                dechunk(body)
+            } else {
+                body.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("|");
+    assert_eq!(bodies, "hello world|bye", "{answers:?}");
+
+    let (_rt, addr, _host) = serve_p3("hello-p3", 1, config());
+    let answers = raw(
+        addr,
+        "GET / HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(answers.matches("HTTP/1.1 200").count(), 2, "{answers}");
+    assert_eq!(
+        answers.matches("content-length: 13\r\n").count(),
+        2,
+        "{answers}"
+    );
+    assert!(!answers.contains("transfer-encoding"), "{answers}");
+    assert!(answers.ends_with("\r\n\r\nHello, World!"), "{answers:?}");
+}
+
+/// Many echoes at once on one worker, each over a keep-alive connection
+/// (Python's http.client): the instance's loop is busy with the others
+/// when a request fiber looks at its body, so it waits for the loop to
+/// rest — and every body comes back whole, in order, on every connection,
+/// each within seconds (a wait for a rest that never comes lasts until
+/// the instance ends).
+#[test]
+fn concurrent_p3_echoes_on_one_worker_each_come_back_whole() {
+    let (_rt, addr, _host) = serve_p3("echo-p3", 1, config());
+    let script = format!(
+        r#"
+import http.client, threading
+errors = []
+def client(n):
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", {port}, timeout=5)
+        for i in range(25):
+            body = ("client %d request %d " % (n, i)).encode() * (1 + i % 5)
+            c.request("POST", "/", body=body)
+            r = c.getresponse()
+            got = r.read()
+            if r.status != 200 or got != body:
+                errors.append((n, i, r.status, got[:40]))
+                return
+        c.close()
+    except Exception as e:
+        errors.append((n, repr(e)))
+threads = [threading.Thread(target=client, args=(n,)) for n in range(40)]
+for t in threads: t.start()
+for t in threads: t.join()
+print("ok" if not errors else errors[:3])
+"#,
+        port = addr.port()
+    );
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(&script)
+        .output()
+        .expect("python3 runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.trim(),
+        "ok",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The data of a chunked body (no extensions, no trailers).
+fn dechunk(mut body: &str) -> String {
+    let mut data = String::new();
+    loop {
+        let line = body.find("\r\n").expect("a chunk size line");
+        let size = usize::from_str_radix(&body[..line], 16).expect("a hex size");
+        if size == 0 {
+            return data;
+        }
+        data.push_str(&body[line + 2..line + 2 + size]);
+        body = &body[line + 2 + size + 2..];
+    }
+}
+
 #[test]
 fn a_thousand_concurrent_p3_sleeps_on_one_worker_share_a_few_instances() {
     let (_rt, addr, host) = serve_p3("sleep-p3", 1, config());

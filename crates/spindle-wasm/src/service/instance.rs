@@ -23,6 +23,7 @@ use wasmtime_wasi_http::handler::{Prepared, Proxy};
 use wasmtime_wasi_http::WasiHttpView;
 
 use super::pool::{RuntimeClock, Status, Timer};
+use super::rests::{EndRests, Rests};
 use super::{Job, ServiceHost};
 use crate::answer::{describe, request_body};
 use crate::config::DEFAULT_INSTANCE_REUSE;
@@ -76,6 +77,10 @@ fn run(service: Arc<ServiceHost>, id: u64, first: Job) {
         id,
         available: &status.available,
     };
+    // Whoever waits for this loop to rest is woken when the instance ends,
+    // however it ends.
+    let rests = Arc::new(Rests::default());
+    let _end_rests = EndRests(&rests);
     let mut store = new_store(host, tag.clone(), &[]);
     // The host futures this instance's guest depends on run in its loop.
     let background = Arc::new(Background::default());
@@ -100,7 +105,7 @@ fn run(service: Arc<ServiceHost>, id: u64, first: Job) {
         }
         None => return, // the request fiber answers its own deadline
     };
-    first.fresh_instance.store(true, Ordering::Relaxed);
+    first.taken.fresh_instance.store(true, Ordering::Relaxed);
     // The export asked whether the guest takes another concurrent call.
     let func = *bindings.wasi_http_handler().func_handle().func();
     let proxy = Proxy::P3(bindings);
@@ -112,6 +117,7 @@ fn run(service: Arc<ServiceHost>, id: u64, first: Job) {
     let service = &service;
     let proxy = &proxy;
     let tag = &tag;
+    let rests = &rests;
     let serve = async move |accessor: &Accessor<GuestState>| -> wasmtime::Result<()> {
         let mut in_flight = FuturesUnordered::new();
         let mut background_running = FuturesUnordered::new();
@@ -119,50 +125,55 @@ fn run(service: Arc<ServiceHost>, id: u64, first: Job) {
         let mut deadlines: Vec<Instant> = Vec::new();
         let mut accepted = 0usize;
 
-        let accept =
-            |job: Job, in_flight: &mut FuturesUnordered<_>, deadlines: &mut Vec<Instant>| {
-                // Assume the new task computes until the loop shows otherwise.
-                status.may_interleave.set(false);
-                let Job {
-                    request,
-                    reply,
-                    deadline,
-                    ..
-                } = job;
-                let request = (*request).map(request_body);
-                deadlines.push(deadline);
-                status.in_flight(deadlines);
-                // The guest's answer goes straight to the request fiber.
-                let prepared = accessor.with(|mut access| {
-                    let mut store = access.as_context_mut();
-                    let fuel = store.get_fuel().unwrap_or(0);
-                    let _ = store.set_fuel(fuel.saturating_add(config.fuel_limit));
-                    Prepared::new(store, proxy, request, GuestState::http, reply)
-                });
-                // Built as a plain future, not an `async` block: a block would
-                // keep its own copy of `prepared` beside the call's, in a
-                // state held by every parked request.
-                in_flight.push(match prepared {
-                    // No expiry inside the loop: the request fiber answers
-                    // its own deadline, and the instance's driver watches the
-                    // earliest one (`Status::expire_due`). A request past it
-                    // stays here until the guest answers or the instance is
-                    // dropped. A trap does not come back here: it ends the
-                    // whole event loop, and with it every request of this
-                    // instance.
-                    Ok(prepared) => Either::Left(
-                        prepared
-                            .run(accessor, std::future::pending())
-                            .map(move |sent| sent.map(|_| (true, deadline))),
-                    ),
-                    // The call could not start, and the reply went with it:
-                    // the request fiber sees its channel closed.
-                    Err(e) => {
-                        tracing::warn!(instance = %tag, "a request could not start: {e:#}");
-                        Either::Right(std::future::ready(Ok((false, deadline))))
-                    }
-                });
-            };
+        let accept = |job: Job,
+                      in_flight: &mut FuturesUnordered<_>,
+                      deadlines: &mut Vec<Instant>| {
+            // Assume the new task computes until the loop shows otherwise.
+            status.may_interleave.set(false);
+            let Job {
+                request,
+                reply,
+                deadline,
+                taken,
+            } = job;
+            taken.accepted_by(rests);
+            let request = (*request).map(request_body);
+            deadlines.push(deadline);
+            status.in_flight(deadlines);
+            // The guest's answer goes straight to the request fiber.
+            let prepared = accessor.with(|mut access| {
+                let mut store = access.as_context_mut();
+                let fuel = store.get_fuel().unwrap_or(0);
+                let _ = store.set_fuel(fuel.saturating_add(config.fuel_limit));
+                Prepared::new(store, proxy, request, GuestState::http, reply)
+            });
+            // Built as a plain future, not an `async` block: a block would
+            // keep its own copy of `prepared` beside the call's, in a
+            // state held by every parked request.
+            in_flight.push(match prepared {
+                // No expiry inside the loop: the request fiber answers
+                // its own deadline, and the instance's driver watches the
+                // earliest one (`Status::expire_due`). A request past it
+                // stays here until the guest answers or the instance is
+                // dropped. A trap does not come back here: it ends the
+                // whole event loop, and with it every request of this
+                // instance.
+                // The call ends as it sends the answer: the request
+                // fiber's wait for the body counts rests from here.
+                Ok(prepared) => Either::Left(prepared.run(accessor, std::future::pending()).map(
+                    move |sent| {
+                        taken.answered(rests.count());
+                        sent.map(|_| (true, deadline))
+                    },
+                )),
+                // The call could not start, and the reply went with it:
+                // the request fiber sees its channel closed.
+                Err(e) => {
+                    tracing::warn!(instance = %tag, "a request could not start: {e:#}");
+                    Either::Right(std::future::ready(Ok((false, deadline))))
+                }
+            });
+        };
 
         accepted += 1;
         accept(first, &mut in_flight, &mut deadlines);
@@ -217,10 +228,15 @@ fn run(service: Arc<ServiceHost>, id: u64, first: Job) {
 
     let result = {
         let mut event_loop = pin!(store.run_concurrent(serve));
-        let watch = Arc::new(YieldWatch::default());
+        let watch = Arc::new(YieldWatch {
+            woken: AtomicBool::new(false),
+            outer: Mutex::new(None),
+            rests: rests.clone(),
+        });
         let mut kill = spindle::time::sleep_until_future(status.kill_at.get());
         let mut yields = 0u32;
         spindle::block_on(std::future::poll_fn(|cx| loop {
+            rests.stirred();
             let waker = watch.waker(cx.waker());
             let mut inner = Context::from_waker(&waker);
             let polled = wasmtime_wasi::runtime::with_ambient_tokio_runtime(|| {
@@ -256,8 +272,11 @@ fn run(service: Arc<ServiceHost>, id: u64, first: Job) {
                 // just started); two in a row is the guest yielding at its
                 // fuel interval: computing, so no more work here.
                 yields += 1;
-                if yields >= 2 && !status.computing.replace(true) {
-                    service.set_available(id, &status.available, false);
+                if yields >= 2 {
+                    if !status.computing.replace(true) {
+                        service.set_available(id, &status.available, false);
+                    }
+                    rests.rested(); // the guest computes: its bodies come later
                 }
                 return Poll::Pending; // block_on polls again soon
             }
@@ -267,6 +286,7 @@ fn run(service: Arc<ServiceHost>, id: u64, first: Job) {
             if !status.may_interleave.replace(true) || was_computing {
                 continue;
             }
+            rests.rested();
             return Poll::Pending;
         }))
     };
@@ -291,11 +311,12 @@ impl Drop for AvailableGuard<'_> {
 }
 
 /// Tells a poll that ended with a self-wake (the guest yielding at its fuel
-/// interval, or the loop's deferred work) from one where every task waits.
-#[derive(Default)]
+/// interval, or the loop's deferred work) from one where every task waits;
+/// and tells the loop's [`Rests`] that it was woken.
 struct YieldWatch {
     woken: AtomicBool,
     outer: Mutex<Option<Waker>>,
+    rests: Arc<Rests>,
 }
 
 impl YieldWatch {
@@ -323,6 +344,7 @@ impl Wake for YieldWatch {
 
     fn wake_by_ref(self: &Arc<Self>) {
         self.woken.store(true, Ordering::Relaxed);
+        self.rests.stirred();
         if let Some(w) = self
             .outer
             .lock()

@@ -68,6 +68,9 @@
 //!   policy from outside the loop.
 //! - `request.rs`: the request fiber's side — admission, the job, the wait
 //!   for the answer, the response and its body.
+//! - `rests.rs`: when the instance's loop comes to rest, which tells a
+//!   request fiber holding a response head whether its body is coming now
+//!   (it waits and sends both at once) or later (the head goes out).
 //!
 //! [`Pool`]: pool::Pool
 //! [`Status`]: pool::Status
@@ -75,8 +78,8 @@
 mod instance;
 mod pool;
 mod request;
+mod rests;
 
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -125,8 +128,8 @@ struct Job {
     request: Box<Request<Body>>,
     reply: oneshot::Sender<Reply>,
     deadline: Instant,
-    /// Set by the instance that takes the job: it was made for this job.
-    fresh_instance: Arc<AtomicBool>,
+    /// What the instance that takes the job tells the request fiber.
+    taken: Arc<rests::Taken>,
 }
 
 // A queued job stays a few words: the queue keeps the capacity a burst

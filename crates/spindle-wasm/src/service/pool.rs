@@ -357,7 +357,6 @@ impl Status {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
     use std::task::Wake;
 
@@ -372,7 +371,7 @@ mod tests {
             request: Box::new(Request::new(Body::empty())),
             reply,
             deadline,
-            fresh_instance: Arc::new(AtomicBool::new(false)),
+            taken: Arc::default(),
         };
         (job, answer)
     }

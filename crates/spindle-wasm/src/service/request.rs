@@ -8,7 +8,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -19,9 +19,11 @@ use spindle_http::{Body, ClientGone, Request, Response, StatusCode};
 use wasmtime_wasi_http::WasiBody;
 
 use super::instance::start;
+use super::rests::Taken;
 use super::{Job, Reply, ServiceHost};
 use crate::answer::{
-    self, classify, describe, plain, take_ready, whole, StreamingBody, Trailers, Writer,
+    self, classify, declared_length, describe, plain, take_ready, whole, StreamingBody, Trailers,
+    Writer,
 };
 use crate::guest::{Admission, HostInner};
 use crate::report::{Outcome, RequestReport};
@@ -68,7 +70,9 @@ struct Pending {
     queue_wait: Duration,
     started: Instant,
     deadline: Instant,
-    fresh_instance: Arc<AtomicBool>,
+    taken: Arc<Taken>,
+    /// The request came over HTTP/1.x.
+    http1: bool,
 }
 
 impl Pending {
@@ -76,7 +80,7 @@ impl Pending {
     /// (if its instance was made for it) and handling.
     fn timing(&self, host: &HostInner, outcome: Outcome) {
         let head = self.started.elapsed();
-        let instantiate = if self.fresh_instance.load(Ordering::Relaxed) {
+        let instantiate = if self.taken.fresh_instance.load(Ordering::Relaxed) {
             head
         } else {
             Duration::ZERO
@@ -119,18 +123,19 @@ fn submit(
     let (admission, queue_wait) = Admission::take(host);
     let id = host.next_id.fetch_add(1, Ordering::Relaxed);
     let tag = tag(id, &req);
+    let http1 = req.version() < spindle_http::http::Version::HTTP_2;
     let Some(admission) = admission else {
         return Err(refuse(host, &req, queue_wait, Outcome::Busy));
     };
     let started = Instant::now();
     let deadline = spindle::time::now() + host.config.timeout;
     let (reply, answer) = oneshot::channel();
-    let fresh_instance = Arc::new(AtomicBool::new(false));
+    let taken = Arc::new(Taken::default());
     let job = Job {
         request: Box::new(req),
         reply,
         deadline,
-        fresh_instance: fresh_instance.clone(),
+        taken: taken.clone(),
     };
     if let Some(job) = service.pool.submit(job) {
         start(service, job);
@@ -141,7 +146,8 @@ fn submit(
         queue_wait,
         started,
         deadline,
-        fresh_instance,
+        taken,
+        http1,
     };
     Ok((pending, answer))
 }
@@ -230,8 +236,23 @@ fn finish(host: &HostInner, pending: Pending, answer: Waited) -> Response<Body> 
     pending.timing(host, Outcome::Answered);
     let (parts, mut body) = response.into_parts();
     let trailers = Trailers::default();
-    let body = match take_ready(&mut body, &mut NoWriter, &trailers, TAKE_YIELDS) {
+    // The body as far as the guest writes it before its loop rests (see
+    // `rests.rs`), or until every byte it declared is in hand.
+    let declared = declared_length(&parts.headers);
+    let mut seen = None;
+    let more = |took, have: usize| {
+        declared != Some(have as u64) && pending.taken.wait_for_rest(&mut seen, took)
+    };
+    let body = match take_ready(&mut body, &mut NoWriter, &trailers, more) {
         (taken, Ok(true)) => whole(taken, &trailers),
+        // Every declared byte in hand: over HTTP/1 that is the whole
+        // message (no trailers can follow a `Content-Length` there), and
+        // the body's end — the guest closing its stream, often a while
+        // later — is not waited for, as the connection would not wait for
+        // it either (what hyper does). Over HTTP/2 trailers may follow.
+        (taken, Ok(false)) if pending.http1 && declared == Some(taken.len() as u64) => {
+            whole(taken, &trailers)
+        }
         (taken, Ok(false)) => streamed(body, taken, pending, trailers, &parts.headers),
         (_, Err(why)) => {
             tracing::warn!(request = %pending.tag, "{why}");
@@ -285,11 +306,6 @@ fn streamed(
     };
     StreamingBody::body(body, writer, taken, trailers, headers)
 }
-
-/// How often a response body with nothing yet is looked at again after a
-/// `yield_now` before it streams: a guest usually writes its body from a
-/// task of its own a turn or two after its response (see `take_ready`).
-const TAKE_YIELDS: u32 = 8;
 
 /// Taking what is ready drives nothing: the instance's loop writes the
 /// body on its own fiber.
