@@ -269,8 +269,14 @@ impl Conn {
             }
             let response = handler(req);
             // A body the handler read past its limit, or malformed: that is
-            // the answer, whatever the handler returned.
-            let failed = incoming.as_ref().and_then(|i| i.lock().error);
+            // the answer, whatever the handler returned. Known by now unless
+            // the body is still being read — by a fiber of the handler's
+            // that holds the lock while it waits for the client (a stream
+            // the response echoes): then the response goes out, and what
+            // that read finds closes the connection after it (below).
+            let failed = incoming
+                .as_ref()
+                .and_then(|i| i.try_lock().and_then(|i| i.error));
             if let Some(kind) = failed {
                 let status = match kind {
                     io::ErrorKind::FileTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -286,11 +292,14 @@ impl Conn {
             // reading the request body (an echo), so the body lock is not held.
             // Such a response may need the body the client holds back for
             // `Expect: 100-continue`: the interim 100 goes out before it. (A
-            // reader holding the lock is in `fill`, which sent the 100 first.)
+            // reader holding the lock is in `fill`, which sent the 100 first,
+            // or has body bytes in hand, which the client sent unasked.)
             if let Some(incoming) = &incoming {
                 if response.body().as_bytes().is_none() {
-                    // Into the pending responses: it cannot fail here.
-                    let _ = incoming.lock().send_continue(Some(&mut self.out));
+                    if let Some(mut incoming) = incoming.try_lock() {
+                        // Into the pending responses: it cannot fail here.
+                        let _ = incoming.send_continue(Some(&mut self.out));
+                    }
                 }
             }
             // A 2xx to CONNECT would turn the connection into a tunnel (RFC 9110

@@ -803,6 +803,90 @@ fn expect_100_continue_gets_exactly_one_interim_response() {
     }
 }
 
+/// Full duplex: a handler whose own fiber reads the request body while the
+/// response streams what it has read. The head and the first piece reach
+/// the client while it holds back the rest of its upload (the connection
+/// does not wait for the body's reader, parked on the client, before it
+/// answers); with `Expect: 100-continue`, exactly one 100 first (the
+/// reader's).
+#[test]
+fn a_response_streams_while_another_fiber_still_reads_the_upload() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let addr = start_with(&rt, ServerConfig::default(), |req| {
+        let (tx, rx) = spindle::chan::bounded::<Vec<u8>>(4);
+        let mut body = req.into_body();
+        spindle::spawn(move || {
+            let mut buf = [0u8; 64];
+            while let Ok(n) = body.read(&mut buf) {
+                if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                    break;
+                }
+            }
+        });
+        /// The pieces the reading fiber sends, as a reader.
+        struct Pieces(spindle::chan::Receiver<Vec<u8>>, Vec<u8>);
+        impl Read for Pieces {
+            fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+                if self.1.is_empty() {
+                    match self.0.recv() {
+                        Ok(piece) => self.1 = piece,
+                        Err(_) => return Ok(0),
+                    }
+                }
+                let n = self.1.len().min(out.len());
+                out[..n].copy_from_slice(&self.1[..n]);
+                self.1.drain(..n);
+                Ok(n)
+            }
+        }
+        // The first piece before answering: the reader is then back in a
+        // read, waiting for the client, as a guest's body pump is.
+        let first = rx.recv().unwrap_or_default();
+        Response::new(Body::from_reader(Pieces(rx, first)))
+    });
+    for expect in ["", "Expect: 100-continue\r\n"] {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let head =
+            format!("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n{expect}\r\n");
+        s.write_all(head.as_bytes()).unwrap();
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 1024];
+        // A client that expects 100 waits for it before its body.
+        while !expect.is_empty() && !String::from_utf8_lossy(&seen).contains("100 Continue\r\n\r\n")
+        {
+            let n = s.read(&mut buf).expect("a 100 before the body");
+            assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&seen));
+            seen.extend_from_slice(&buf[..n]);
+        }
+        s.write_all(b"5\r\nhello\r\n").unwrap();
+        while !String::from_utf8_lossy(&seen).contains("5\r\nhello\r\n") {
+            let n = s
+                .read(&mut buf)
+                .expect("the head and the first piece come while the upload waits");
+            assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&seen));
+            seen.extend_from_slice(&buf[..n]);
+        }
+        s.write_all(b"6\r\n world\r\n0\r\n\r\n").unwrap();
+        while !seen.ends_with(b"0\r\n\r\n") {
+            let n = s.read(&mut buf).expect("the echo ends");
+            assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&seen));
+            seen.extend_from_slice(&buf[..n]);
+        }
+        let text = String::from_utf8_lossy(&seen).into_owned();
+        assert_eq!(
+            text.matches("100 Continue").count(),
+            usize::from(!expect.is_empty()),
+            "{text}"
+        );
+        assert!(text.contains("HTTP/1.1 200 OK\r\n"), "{text}");
+        assert!(
+            text.ends_with("5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"),
+            "{text:?}"
+        );
+    }
+}
+
 /// A handler that waits on [`spindle_http::ClientGone`] for up to 5 s and
 /// says whether its client left, through `left`; it answers "stayed".
 fn watching_server(rt: &Runtime, left: std::sync::mpsc::Sender<bool>) -> SocketAddr {

@@ -159,6 +159,39 @@ fn p3_echo_streams_a_3_mb_chunked_upload_back_byte_exact() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Full duplex over HTTP/1.1: the echo's head and the first piece reach
+/// the client while it holds back the rest of its upload, then the rest
+/// follows. (The connection used to wait for the request body's reader —
+/// the pump fiber, parked on the client — before it sent the head.)
+#[test]
+fn a_p3_echo_answers_while_the_client_still_uploads() {
+    use std::io::{Read, Write};
+    let (_rt, addr, _host) = serve_p3("echo-p3", 1, config());
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !String::from_utf8_lossy(&seen).contains("\r\n\r\n5\r\nhello\r\n") {
+        let n = s
+            .read(&mut buf)
+            .expect("the head and the first piece come while the upload waits");
+        assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let head = String::from_utf8_lossy(&seen).into_owned();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("transfer-encoding: chunked\r\n"), "{head}");
+    s.write_all(b"6\r\n world\r\n0\r\n\r\n").unwrap();
+    while !seen.ends_with(b"0\r\n\r\n") {
+        let n = s.read(&mut buf).expect("the echo ends");
+        assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    assert!(String::from_utf8_lossy(&seen).ends_with("6\r\n world\r\n0\r\n\r\n"));
+}
+
 /// A body the guest writes from a task of its own after answering: the
 /// echo's, with no `Content-Length`, whole once the guest ends it or
 /// streamed when it does not in time — either way complete, and the next
