@@ -158,6 +158,7 @@ fn run(service: Arc<ServiceHost>, id: u64, first: Job) {
                 // dropped. A trap does not come back here: it ends the
                 // whole event loop, and with it every request of this
                 // instance.
+                //
                 // The call ends as it sends the answer: the request
                 // fiber's wait for the body counts rests from here.
                 Ok(prepared) => Either::Left(prepared.run(accessor, std::future::pending()).map(
