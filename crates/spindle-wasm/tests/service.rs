@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{config, get, guest, upstream};
+use common::{config, dechunk, get, guest, upstream};
 use spindle::Runtime;
 use spindle_wasm::{Host, HostConfig, World};
 
@@ -285,18 +285,40 @@ print("ok" if not errors else errors[:3])
     );
 }
 
-/// The data of a chunked body (no extensions, no trailers).
-fn dechunk(mut body: &str) -> String {
-    let mut data = String::new();
-    loop {
-        let line = body.find("\r\n").expect("a chunk size line");
-        let size = usize::from_str_radix(&body[..line], 16).expect("a hex size");
-        if size == 0 {
-            return data;
-        }
-        data.push_str(&body[line + 2..line + 2 + size]);
-        body = &body[line + 2 + size + 2..];
-    }
+/// Runs `tests/h2client.py MODE` against `addr` and returns its
+/// `key=value` line.
+fn h2client(mode: &str, addr: SocketAddr) -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/h2client.py");
+    let out = Command::new("python3")
+        .args([script, mode, &addr.port().to_string()])
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "h2client {mode}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// WASI 0.3 over HTTP/2 (prior knowledge): the echo's first piece comes
+/// back while the client holds the rest of its upload, and the stream
+/// ends after the rest; forty echoes at once on one connection each come
+/// back byte-exact; hello's two answers on one connection keep the
+/// guest's `Content-Length`.
+#[test]
+fn p3_over_http2_streams_both_ways_and_multiplexes_one_connection() {
+    let (_rt, addr, _host) = serve_p3("echo-p3", 1, config());
+    assert_eq!(
+        h2client("duplex", addr),
+        "status=200 early=b'first piece\\n' body=b'first piece\\nsecond piece\\n' ended=1"
+    );
+    assert_eq!(h2client("streams", addr), "good=40 of=40 bad=[]");
+    let (_rt, addr, _host) = serve_p3("hello-p3", 1, config());
+    assert_eq!(
+        h2client("hello", addr),
+        "status1=200 length1=13 body1=b'Hello, World!' status3=200 length3=13 body3=b'Hello, World!'"
+    );
 }
 
 #[test]
