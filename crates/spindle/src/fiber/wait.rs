@@ -418,6 +418,18 @@ impl Notify {
         }
     }
 
+    /// [`wake`](Self::wake) by a waker that has taken this waiter out of
+    /// its queue and is done with it: a fiber's token gives its reference
+    /// to the run queue ([`WaitToken::wake_owned`]) instead of a clone
+    /// taken there and the token's own dropped here — two locked updates
+    /// of the fiber's count fewer per hand-over on its own worker.
+    pub(crate) fn wake_owned(self, why: Wake) -> bool {
+        match self {
+            Notify::Fiber(t) => t.wake_owned(why, false),
+            thread => thread.wake(why),
+        }
+    }
+
     /// Whether both name the same wait.
     pub(crate) fn same(&self, other: &Notify) -> bool {
         match (self, other) {

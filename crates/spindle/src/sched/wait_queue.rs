@@ -72,7 +72,7 @@ impl<T> WaitQueue<T> {
     /// the way. `None` if no pending waiter was left.
     pub(crate) fn wake_first(&mut self) -> Option<T> {
         while let Some(w) = self.entries.pop_front() {
-            if w.notify.wake(Wake::Ready) {
+            if w.notify.wake_owned(Wake::Ready) {
                 return Some(w.data);
             }
         }
@@ -93,7 +93,7 @@ impl<T> WaitQueue<T> {
         let mut value = value;
         while let Some(w) = self.entries.pop_front() {
             give(&w.data, value);
-            if w.notify.wake(Wake::Ready) {
+            if w.notify.wake_owned(Wake::Ready) {
                 return Ok(w.data);
             }
             value = take_back(&w.data);
@@ -117,7 +117,7 @@ impl<T> WaitQueue<T> {
     /// Ends every waiter's wait with `why`.
     pub(crate) fn wake_all(self, why: Wake) {
         for w in self.entries {
-            w.notify.wake(why);
+            w.notify.wake_owned(why);
         }
     }
 }

@@ -333,7 +333,7 @@ impl<T: ?Sized> RwLock<T> {
                 }
                 let next = st.queue.pop_front().expect("front");
                 st.writer = true;
-                if next.notify.wake(Wake::Ready) {
+                if next.notify.wake_owned(Wake::Ready) {
                     return;
                 }
                 st.writer = false;
@@ -343,7 +343,7 @@ impl<T: ?Sized> RwLock<T> {
                 }
                 let next = st.queue.pop_front().expect("front");
                 st.readers += 1;
-                if !next.notify.wake(Wake::Ready) {
+                if !next.notify.wake_owned(Wake::Ready) {
                     st.readers -= 1;
                 }
             }
