@@ -31,6 +31,7 @@
 //! heap-allocated [`ThreadWait`] with the same compare-exchange protocol,
 //! and the thread parks in the kernel.
 
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -133,7 +134,11 @@ fn wait_with(
     register: impl FnOnce(&WaitToken) -> bool,
     unregister: impl FnOnce(&WaitToken),
 ) -> Wake {
-    let fiber = super::worker::current_fiber().expect("spindle: wait outside a fiber");
+    // SAFETY: the reference is used on this fiber, inside this call, which
+    // returns (or is unwound) before the fiber can finish, and it is never
+    // dropped: it goes into the wait's own token, which is `ManuallyDrop`.
+    let fiber =
+        unsafe { super::worker::current_fiber_uncounted() }.expect("spindle: wait outside a fiber");
     if !shielded && fiber.header.cancelled.is_raised() {
         return Wake::Cancelled;
     }
@@ -142,8 +147,9 @@ fn wait_with(
     } else {
         effective_deadline(&fiber.header, deadline)
     };
-    // The token holds the wait's reference to the fiber (one, not two).
-    let token = WaitToken::begin(fiber, shielded);
+    // The wait's own token borrows the running fiber (no count of its own,
+    // never dropped); the copies `register` gives wakers count as usual.
+    let token = ManuallyDrop::new(WaitToken::begin(ManuallyDrop::into_inner(fiber), shielded));
     let header = &token.fiber().header;
     if !register(&token) {
         token.end_unwoken();

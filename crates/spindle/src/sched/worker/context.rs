@@ -109,6 +109,37 @@ pub(crate) fn current_fiber() -> Option<FiberRef> {
     })
 }
 
+/// The fiber running on this thread, as a reference that owns no count of
+/// its own (two locked updates of the fiber's count fewer than
+/// [`current_fiber`]'s clone and its drop). Clones of it count as usual.
+///
+/// # Safety
+///
+/// The caller must not drop the returned reference (it is `ManuallyDrop`;
+/// taking it out is the caller's promise not to drop that either), and must
+/// not use it once the running fiber has finished. A fiber's own wait,
+/// made on the fiber, meets the second: the fiber cannot finish inside it.
+pub(crate) unsafe fn current_fiber_uncounted() -> Option<std::mem::ManuallyDrop<FiberRef>> {
+    with_worker(|w| {
+        let w = w?;
+        // SAFETY: `current` points at the loop's `FiberRef` while that fiber
+        // runs (it is set around `resume` and `stop`), else it is null.
+        let fiber = unsafe { w.current.get().as_ref() }?;
+        // SAFETY: `Arc::as_ptr` is the pointer `Arc::into_raw` gives, so
+        // `from_raw` rebuilds the same `Arc` without touching its count.
+        // The count it stands for is held elsewhere for as long as the
+        // fiber has not finished: from its start the worker's live table
+        // holds one (`run.rs`, taken out only when the fiber finishes), and
+        // a runtime stop, which drains that table, holds one while it
+        // unwinds the fiber (`shutdown.rs`); a fiber a stop cannot unwind
+        // is never resumed again. Never dropped (the caller's promise), it
+        // gives back no count it did not take.
+        Some(std::mem::ManuallyDrop::new(unsafe {
+            Arc::from_raw(Arc::as_ptr(fiber))
+        }))
+    })
+}
+
 /// Index of the calling thread's worker in its runtime (`spindle::worker_id`).
 pub(crate) fn worker_index() -> Option<usize> {
     with_worker(|w| w.map(|w| w.index))

@@ -58,9 +58,9 @@ use crate::fiber::FiberRef;
 use crate::poll::timer::TimerHeap;
 
 pub(crate) use context::{
-    arm_timer, can_park, count_wait_here, current_fiber, deadline_after, drive_in_place,
-    in_block_on_poll, note_dead_timer, now, on_fiber, push_if_owner, push_new_here, reached,
-    report_here, reserve_here, with_current, worker_count, worker_index, yield_in_place,
+    arm_timer, can_park, count_wait_here, current_fiber, current_fiber_uncounted, deadline_after,
+    drive_in_place, in_block_on_poll, note_dead_timer, now, on_fiber, push_if_owner, push_new_here,
+    reached, report_here, reserve_here, with_current, worker_count, worker_index, yield_in_place,
     BlockOnPoll,
 };
 
