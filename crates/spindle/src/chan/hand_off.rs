@@ -98,9 +98,11 @@ impl<T> HandOff<T> {
         Some(value)
     }
 
-    /// Whether the cell is empty now (with `&mut`, nobody can change that).
-    pub(crate) fn is_empty(&mut self) -> bool {
-        self.state.load(Ordering::Relaxed) == EMPTY
+    /// Whether the cell is empty, asked by the one party that can still
+    /// reach it (nobody else can change that; the acquire load sees the
+    /// last change another party made before letting go).
+    pub(crate) fn is_empty_alone(&self) -> bool {
+        self.state.load(Ordering::Acquire) == EMPTY
     }
 }
 

@@ -51,7 +51,7 @@ pub use select::{
 use std::collections::VecDeque;
 
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -139,9 +139,17 @@ impl<T> State<T> {
     /// nobody else holds any more (its receiver has taken its value and
     /// let go), or a new one.
     fn receiver_slot(&mut self) -> Slot<T> {
-        if let Some(mut spare) = self.spare_slots.pop() {
-            if Arc::get_mut(&mut spare).is_some_and(HandOff::is_empty) {
-                return spare;
+        if let Some(spare) = self.spare_slots.pop() {
+            // Ours alone once its count is one: a slot never has a `Weak`,
+            // so only a holder could add a count, and we are the last. A
+            // plain load, where `Arc::get_mut` takes a locked exchange on
+            // the weak count to rule out `Weak`s. The fence orders our use
+            // after the other holder's release of its count.
+            if Arc::strong_count(&spare) == 1 {
+                fence(Ordering::Acquire);
+                if spare.is_empty_alone() {
+                    return spare;
+                }
             }
         }
         empty_slot()
