@@ -472,3 +472,90 @@ fn impatient_receiver<T>(
     }
     got.lock().unwrap().extend(mine);
 }
+
+/// Waits of fibers that nobody else holds: detached fibers (their handles
+/// dropped) whose wait each end differently — the channel closed under
+/// them, a timeout, a value handed over, or the runtime's shutdown while
+/// they still wait, which unwinds them — each fiber kept alive by its
+/// worker alone through its wait, every ending counted once.
+#[test]
+fn detached_fibers_waiting_alone_end_each_way_once() {
+    struct CountOnDrop(Arc<AtomicUsize>);
+    impl Drop for CountOnDrop {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let closed = Arc::new(AtomicUsize::new(0));
+    let timed_out = Arc::new(AtomicUsize::new(0));
+    let handed = Arc::new(AtomicUsize::new(0));
+    let unwound = Arc::new(AtomicUsize::new(0));
+    let (c, t, h, u) = (
+        closed.clone(),
+        timed_out.clone(),
+        handed.clone(),
+        unwound.clone(),
+    );
+    let kept = rt.run(move || {
+        let mut kept_senders = Vec::new();
+        for i in 0..300 {
+            let (tx, rx) = chan::bounded::<u64>(0);
+            match i % 4 {
+                0 => {
+                    let c = c.clone();
+                    drop(spindle::spawn(move || {
+                        assert!(rx.recv().is_err(), "closed");
+                        c.fetch_add(1, Ordering::SeqCst);
+                    }));
+                    drop(spindle::spawn(move || {
+                        spindle::time::sleep(Duration::from_millis(2));
+                        drop(tx);
+                    }));
+                }
+                1 => {
+                    let t = t.clone();
+                    drop(spindle::spawn(move || {
+                        let r = rx.recv_timeout(Duration::from_millis(3));
+                        assert_eq!(r, Err(RecvTimeoutError::Timeout));
+                        t.fetch_add(1, Ordering::SeqCst);
+                    }));
+                    kept_senders.push(tx);
+                }
+                2 => {
+                    let h = h.clone();
+                    drop(spindle::spawn(move || {
+                        assert_eq!(rx.recv(), Ok(i));
+                        h.fetch_add(1, Ordering::SeqCst);
+                    }));
+                    drop(spindle::spawn(move || tx.send(i).unwrap()));
+                }
+                _ => {
+                    let guard = CountOnDrop(u.clone());
+                    drop(spindle::spawn(move || {
+                        let _guard = guard;
+                        let _ = rx.recv(); // never ends: the runtime stops first
+                    }));
+                    kept_senders.push(tx);
+                }
+            }
+        }
+        spindle::time::sleep(Duration::from_millis(50));
+        kept_senders
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while (closed.load(Ordering::SeqCst) < 75
+        || timed_out.load(Ordering::SeqCst) < 75
+        || handed.load(Ordering::SeqCst) < 75)
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(closed.load(Ordering::SeqCst), 75);
+    assert_eq!(timed_out.load(Ordering::SeqCst), 75);
+    assert_eq!(handed.load(Ordering::SeqCst), 75);
+    assert_eq!(unwound.load(Ordering::SeqCst), 0, "still waiting");
+    rt.shutdown();
+    assert_eq!(unwound.load(Ordering::SeqCst), 75, "unwound by the stop");
+    drop(kept);
+}
