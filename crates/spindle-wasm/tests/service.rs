@@ -441,6 +441,58 @@ fn p3_fetch_goes_out_through_the_allow_list() {
 }
 
 #[test]
+fn a_p3_guest_computing_after_its_answer_gets_its_head_out_while_it_computes() {
+    // The guest returns its response at once and computes its body after:
+    // the loop then rests with the guest computing, not waiting, and the
+    // request fiber must take that rest as "nothing more soon" — the head
+    // goes out streaming (chunked, no length known), and the checksum
+    // follows when the loop is done. Waiting for the body instead would
+    // send it whole with a Content-Length, after the computation.
+    use std::io::{Read, Write};
+    let config = config()
+        .fuel_limit(u64::MAX / 4)
+        .timeout(Duration::from_secs(60));
+    let (_rt, addr, _host) = serve_p3("burn-p3", 1, config);
+    let n = 400_000_000u64;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(s, "GET /?after=1&n={n} HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        let k = s
+            .read(&mut buf)
+            .expect("the head, while the guest computes");
+        assert!(
+            k > 0,
+            "closed before the head: {:?}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..k]);
+    }
+    let text = String::from_utf8_lossy(&got).to_ascii_lowercase();
+    assert!(text.starts_with("http/1.1 200"), "{text}");
+    assert!(
+        text.contains("transfer-encoding: chunked"),
+        "sent whole: {text}"
+    );
+    assert!(!text.contains("content-length"), "sent whole: {text}");
+    // Then the body, once computed.
+    while !got.ends_with(b"0\r\n\r\n") {
+        let k = s.read(&mut buf).expect("the body");
+        assert!(
+            k > 0,
+            "closed mid-body: {:?}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..k]);
+    }
+    let text = String::from_utf8_lossy(&got).into_owned();
+    let body = dechunk(&text[text.find("\r\n\r\n").unwrap() + 4..]);
+    assert!(body.starts_with(&format!("burned {n}: ")), "{body}");
+}
+
+#[test]
 fn a_p3_burn_does_not_stop_a_small_request_on_another_instance_of_the_worker() {
     let config = config()
         .fuel_limit(u64::MAX / 4)
