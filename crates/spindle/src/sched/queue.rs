@@ -166,7 +166,13 @@ impl LocalQueue {
         let stamp = self.entries.get(at).map_or(stamp, |e| e.stamp.min(stamp));
         let entry = Entry::new(stamp, fiber);
         self.stealable += entry.stealable() as usize;
-        self.entries.insert(at, entry);
+        // A burst's wakes go to the back: a push there, not an insert's
+        // general move of the elements behind the place (none).
+        if at == self.entries.len() {
+            self.entries.push_back(entry);
+        } else {
+            self.entries.insert(at, entry);
+        }
         self.publish();
     }
 
