@@ -32,6 +32,11 @@
 //! worker, or the fiber queued behind others) could leave the fiber
 //! waiting for a rest that comes only with the next outside event.
 //!
+//! A guest that computes after answering gets no earlier head from this:
+//! its answer reaches the host only when that turn of the guest ends,
+//! after the computation. The loop, still counting the guest as computing,
+//! rests as the turn ends, and the fiber streams what follows at once.
+//!
 //! An instance that ends — dropped past its deadlines, trapped, done —
 //! wakes every fiber still waiting ([`Rests::end`]), and a wait past its
 //! end returns at once: the body then reports its writer gone.
