@@ -440,55 +440,101 @@ fn p3_fetch_goes_out_through_the_allow_list() {
     assert!(body.contains("HttpRequestDenied"), "{body}");
 }
 
+/// Sends `GET path` on a fresh connection to `addr` and reads until the
+/// response head is in: the connection, the head (lowercased) and the
+/// bytes read past it.
+fn read_head(addr: SocketAddr, path: &str) -> (std::net::TcpStream, String, Vec<u8>) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let end = loop {
+        if let Some(at) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+        let k = s.read(&mut buf).expect("the head");
+        assert!(k > 0, "closed before the head: {got:?}");
+        got.extend_from_slice(&buf[..k]);
+    };
+    let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+    (s, head, got[end..].to_vec())
+}
+
+/// Reads the rest of a chunked body after `got` and returns it decoded.
+fn read_chunked(mut s: std::net::TcpStream, mut got: Vec<u8>) -> String {
+    use std::io::Read;
+    let mut buf = [0u8; 4096];
+    while !got.ends_with(b"0\r\n\r\n") {
+        let k = s.read(&mut buf).expect("the body");
+        assert!(k > 0, "closed mid-body: {got:?}");
+        got.extend_from_slice(&buf[..k]);
+    }
+    dechunk(&String::from_utf8_lossy(&got))
+}
+
+fn computing_guest() -> (Runtime, SocketAddr) {
+    let config = config()
+        .fuel_limit(u64::MAX / 4)
+        .timeout(Duration::from_secs(60));
+    let (rt, addr, _host) = serve_p3("burn-p3", 1, config);
+    (rt, addr)
+}
+
+#[test]
+fn a_p3_guest_that_answers_then_computes_has_its_head_out_while_it_computes() {
+    // The guest returns its response and, after one yield (which ends its
+    // turn: the host has the answer), computes in the task that writes the
+    // body. The loop rests with the guest computing, and the request fiber
+    // takes that as "nothing more soon": the head goes out now, chunked,
+    // and the checksum when the computation is done. Without the computing
+    // rests the fiber would wait for the idle rest after the computation,
+    // and the head would come with the body.
+    let (_rt, addr) = computing_guest();
+    let n = 400_000_000u64;
+    let (mut s, head, past) = read_head(addr, &format!("/?after=1&yield=1&n={n}"));
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains("transfer-encoding: chunked"), "{head}");
+    assert!(past.is_empty(), "the body came with the head: {past:?}");
+    // Still computing: nothing more for a while (it takes most of a second).
+    s.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut one = [0u8; 1];
+    let err =
+        std::io::Read::read(&mut s, &mut one).expect_err("the body came right after the head");
+    assert!(
+        matches!(
+            err.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+        "{err}"
+    );
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let body = read_chunked(s, past);
+    assert!(body.starts_with(&format!("burned {n}: ")), "{body}");
+}
+
 #[test]
 fn a_p3_answer_that_comes_out_of_a_computing_loop_streams_without_another_rest() {
-    // The guest returns its response and computes in the task that writes
-    // the body. Its answer reaches the host only when that turn of the
-    // guest ends, after the computation (`wasmtime serve` 48.0.8 sends the
+    // Without the yield, the answer reaches the host only when the guest's
+    // turn ends, after the computation (`wasmtime serve` 48.0.8 sends the
     // head no earlier), and the loop, still counting the guest as
     // computing, rests as that turn ends. The request fiber, woken past its
     // mark by that rest, takes the piece written and streams the rest at
     // once (chunked, no length) instead of waiting for the stream's close.
     // Without the computing rests it waits for the idle rest after the
     // close and sends the body whole, with a Content-Length.
-    use std::io::{Read, Write};
-    let config = config()
-        .fuel_limit(u64::MAX / 4)
-        .timeout(Duration::from_secs(60));
-    let (_rt, addr, _host) = serve_p3("burn-p3", 1, config);
+    let (_rt, addr) = computing_guest();
     let n = 100_000_000u64;
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(s, "GET /?after=1&n={n} HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-        let k = s.read(&mut buf).expect("the head");
-        assert!(
-            k > 0,
-            "closed before the head: {:?}",
-            String::from_utf8_lossy(&got)
-        );
-        got.extend_from_slice(&buf[..k]);
-    }
-    let text = String::from_utf8_lossy(&got).to_ascii_lowercase();
-    assert!(text.starts_with("http/1.1 200"), "{text}");
+    let (s, head, past) = read_head(addr, &format!("/?after=1&n={n}"));
+    assert!(head.starts_with("http/1.1 200"), "{head}");
     assert!(
-        text.contains("transfer-encoding: chunked"),
-        "sent whole: {text}"
+        head.contains("transfer-encoding: chunked"),
+        "sent whole: {head}"
     );
-    assert!(!text.contains("content-length"), "sent whole: {text}");
-    while !got.ends_with(b"0\r\n\r\n") {
-        let k = s.read(&mut buf).expect("the body");
-        assert!(
-            k > 0,
-            "closed mid-body: {:?}",
-            String::from_utf8_lossy(&got)
-        );
-        got.extend_from_slice(&buf[..k]);
-    }
-    let text = String::from_utf8_lossy(&got).into_owned();
-    let body = dechunk(&text[text.find("\r\n\r\n").unwrap() + 4..]);
+    assert!(!head.contains("content-length"), "sent whole: {head}");
+    let body = read_chunked(s, past);
     assert!(body.starts_with(&format!("burned {n}: ")), "{body}");
 }
 

@@ -32,10 +32,10 @@
 //! worker, or the fiber queued behind others) could leave the fiber
 //! waiting for a rest that comes only with the next outside event.
 //!
-//! A guest that computes after answering gets no earlier head from this:
-//! its answer reaches the host only when that turn of the guest ends,
-//! after the computation. The loop, still counting the guest as computing,
-//! rests as the turn ends, and the fiber streams what follows at once.
+//! The host sees a guest's answer only when that turn of the guest ends
+//! (its tasks wait, or yield): a guest that answers and computes in the
+//! same turn has its answer seen after the computation, and the rest taken
+//! as that turn ends sends what it wrote at once.
 //!
 //! An instance that ends — dropped past its deadlines, trapped, done —
 //! wakes every fiber still waiting ([`Rests::end`]), and a wait past its

@@ -4,7 +4,9 @@
 //! With `?after=1` it answers first and computes after: the response goes
 //! back at once with a streamed body (no `Content-Length`), and the task
 //! that writes the body runs the loop before it writes the checksum — a
-//! guest still computing for a request it has already answered.
+//! guest still computing for a request it has already answered. The host
+//! sees that answer only when the guest's turn ends: after the loop, unless
+//! `&yield=1` has the task yield once before it (then at once).
 
 use wasip3::http::types::{ErrorCode, Fields, Request, Response};
 use wasip3::{wit_future, wit_stream};
@@ -27,6 +29,7 @@ fn burn(n: u64) -> String {
 impl wasip3::exports::http::handler::Guest for Burn {
     async fn handle(request: Request) -> Result<Response, ErrorCode> {
         let n = util_p3::query_u64(&request, "n", 10_000_000);
+        let yield_first = util_p3::query_u64(&request, "yield", 0) != 0;
         if util_p3::query_u64(&request, "after", 0) == 0 {
             return util_p3::respond(200, burn(n));
         }
@@ -37,6 +40,9 @@ impl wasip3::exports::http::handler::Guest for Burn {
         let (response, _sent) = Response::new(headers, Some(rx), trailers_rx);
         drop(trailers_tx);
         wasip3::spawn_local(async move {
+            if yield_first {
+                wasip3::wit_bindgen::yield_async().await;
+            }
             let _ = tx.write_all(burn(n).into_bytes()).await;
         });
         Ok(response)
