@@ -34,6 +34,7 @@ use crate::h1::request::{self, parse_request, KnownHost, Limits, RequestBody};
 use crate::read_buf::ReadBuf;
 use crate::serving::{Drain, Handler};
 use crate::stream::{Handshaken, Stream};
+use crate::write_buf;
 
 /// What a connection does when its HTTP/1.1 loop ends.
 enum After {
@@ -66,7 +67,8 @@ pub(crate) struct Conn {
     /// holds no memory while a handler runs with nothing buffered.
     buf: ReadBuf,
     /// Responses not yet written: pipelined requests are answered with one
-    /// write for the batch, flushed before any read that may wait.
+    /// write for the batch, flushed before any read that may wait; between
+    /// requests its memory is the thread's (`write_buf`).
     out: Vec<u8>,
     phase: Phase,
     /// The `Host` value its last request had, checked already.
@@ -430,10 +432,13 @@ impl Conn {
             } else {
                 config.keep_alive_timeout
             };
-            // About to read, maybe to wait: what is answered goes out first.
+            // About to read, maybe to wait: what is answered goes out first,
+            // and the emptied buffer's memory to the thread's cache (see
+            // `write_buf`).
             if flush_to(conn, out).is_err() {
                 return Head::Closed;
             }
+            write_buf::release(out);
             let _ = conn.set_read_timeout(Some(timeout));
             // Nothing buffered: wait without a buffer, so an idle
             // keep-alive connection holds none (see `read_buf`). Over TLS
@@ -488,6 +493,7 @@ impl Conn {
         tunnel: bool,
     ) -> io::Result<()> {
         let (conn, out) = (&*self.stream, &mut self.out);
+        write_buf::take_for(out);
         let trailers = body.take_trailers_fn();
         let status = parts.status;
         // RFC 9110 §8.6 and §6.4.1: a 1xx or 204 response has no framing

@@ -54,6 +54,7 @@ mod server;
 mod serving;
 mod stream;
 pub mod tls;
+mod write_buf;
 
 pub use body::{Body, BoxError};
 pub use client::Client;

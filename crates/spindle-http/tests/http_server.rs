@@ -1135,3 +1135,65 @@ fn a_panic_in_the_handler_gets_500_and_one_in_a_streamed_body_cuts_it_off() {
     );
     assert!(after.ends_with("\r\n\r\nfine"), "{after}");
 }
+
+/// Resident memory of this process (the server runs in it), in bytes.
+fn rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kb * 1024
+}
+
+/// A keep-alive connection that once got a large response does not keep
+/// its room while it waits for the next request: 64 idle connections that
+/// each got 2 MiB would otherwise hold 128 MiB between them.
+#[test]
+fn idle_connections_do_not_keep_the_room_of_a_large_response() {
+    const CONNS: usize = 64;
+    const SIZE: usize = 2 << 20;
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let big = bytes::Bytes::from(vec![b'x'; SIZE]);
+    let addr = rt.run(move || {
+        let server = Server::bind("127.0.0.1:0").unwrap();
+        let addr = server.local_addr().unwrap();
+        spindle::spawn(move || server.serve(move |_req| Response::new(Body::from(big.clone()))));
+        addr
+    });
+    let before = rss();
+    let mut conns = Vec::new();
+    for _ in 0..CONNS {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 1 << 16];
+        // The head (a content-length, no chunking) and the whole body.
+        while got.len() < SIZE || !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "closed early");
+            got.extend_from_slice(&buf[..n]);
+        }
+        let head_end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        while got.len() < head_end + SIZE {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "closed early");
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert!(String::from_utf8_lossy(&got[..head_end]).contains("content-length: 2097152"));
+        conns.push(s);
+    }
+    // Every connection is idle now, waiting for its next request.
+    std::thread::sleep(Duration::from_millis(200));
+    let grown = rss().saturating_sub(before);
+    assert!(
+        grown < 48 << 20,
+        "{CONNS} idle connections hold {} MiB",
+        grown >> 20
+    );
+    // And each still serves.
+    for s in &mut conns[..4] {
+        s.write_all(b"HEAD / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+        let mut buf = [0u8; 512];
+        assert!(s.read(&mut buf).unwrap() > 0);
+    }
+}
