@@ -536,7 +536,16 @@ impl Conn {
             }
             Outgoing::Full(full) => {
                 head(out, ResponseFraming::Length(full.len() as u64));
-                if !is_head {
+                if is_head {
+                    // Nothing more.
+                } else if full.len() >= DIRECT_BODY {
+                    // Written from where it is, behind what is pending, in
+                    // one vectored write: the copy into the pending
+                    // buffer cost more, and grew the buffer to its size.
+                    let written = conn.write_all_two(out, &full);
+                    out.clear();
+                    written?;
+                } else {
                     out.extend_from_slice(&full);
                 }
                 // Batched with the next pipelined responses unless it is big.
@@ -597,6 +606,10 @@ impl Conn {
         }
     }
 }
+
+/// Smallest full body written straight from the handler's bytes rather
+/// than copied behind its head (see `write_parts`).
+const DIRECT_BODY: usize = 32 * 1024;
 
 /// What a streamed HTTP/1.0 response returns once written: its end is the
 /// connection's, so the connection loop closes.

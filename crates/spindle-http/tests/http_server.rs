@@ -1197,3 +1197,61 @@ fn idle_connections_do_not_keep_the_room_of_a_large_response() {
         assert!(s.read(&mut buf).unwrap() > 0);
     }
 }
+
+/// A large full body goes out from the handler's bytes, behind what is
+/// pending: pipelined small and large answers arrive whole and in order,
+/// over a client that reads slowly enough for the writes to wait.
+#[test]
+fn pipelined_large_full_bodies_arrive_whole_and_in_order() {
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let addr = rt.run(|| {
+        let server = Server::bind("127.0.0.1:0").unwrap();
+        let addr = server.local_addr().unwrap();
+        spindle::spawn(move || {
+            server.serve(|req| {
+                let n: usize = req.uri().path()[1..].parse().unwrap();
+                let body: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+                Response::new(Body::from(body))
+            })
+        });
+        addr
+    });
+    let sizes = [10, 3 << 20, 5, 40_000, 32 * 1024, 32 * 1024 - 1, 7];
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut requests = String::new();
+    for n in sizes {
+        requests.push_str(&format!("GET /{n} HTTP/1.1\r\nHost: a\r\n\r\n"));
+    }
+    s.write_all(requests.as_bytes()).unwrap();
+    // Let the server fill the socket before anything is read.
+    std::thread::sleep(Duration::from_millis(200));
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 4096];
+    let mut at = 0;
+    for n in sizes {
+        let head_end = loop {
+            if let Some(p) = got[at..].windows(4).position(|w| w == b"\r\n\r\n") {
+                break at + p + 4;
+            }
+            let r = s.read(&mut buf).unwrap();
+            assert!(r > 0, "closed early");
+            got.extend_from_slice(&buf[..r]);
+        };
+        let head = String::from_utf8_lossy(&got[at..head_end]).to_string();
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+        assert!(head.contains(&format!("content-length: {n}\r\n")), "{head}");
+        while got.len() < head_end + n {
+            let r = s.read(&mut buf).unwrap();
+            assert!(r > 0, "closed early");
+            got.extend_from_slice(&buf[..r]);
+        }
+        let body = &got[head_end..head_end + n];
+        assert!(
+            body.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8),
+            "body of /{n} differs"
+        );
+        at = head_end + n;
+    }
+    assert_eq!(got.len(), at, "nothing after the last answer");
+}

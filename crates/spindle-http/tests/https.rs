@@ -61,11 +61,16 @@ impl Drop for Pki {
     }
 }
 
-/// `/echo` streams the request body back; anything else answers with the
-/// method, path and body length.
+/// `/echo` streams the request body back; `/big` is a full body of
+/// 200 000 bytes (`i % 251`); anything else answers with the method, path
+/// and body length.
 fn handler(req: Request<Body>) -> Response<Body> {
     if req.uri().path() == "/echo" {
         return Response::new(Body::from_reader(req.into_body()));
+    }
+    if req.uri().path() == "/big" {
+        let body: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        return Response::new(Body::from(body));
     }
     let (method, path) = (req.method().to_string(), req.uri().path().to_string());
     let mut body = Vec::new();
@@ -195,6 +200,15 @@ assert c.sock.selected_alpn_protocol() == "http/1.1"
 c.request("POST", "/echo", body=b"z" * 300000)
 r = c.getresponse()
 assert r.read() == b"z" * 300000
+big = bytes(i % 251 for i in range(200000))
+for i in range(3):
+    c.request("GET", "/big")
+    r = c.getresponse()
+    assert r.getheader("content-length") == "200000", r.getheaders()
+    assert r.read() == big
+    c.request("GET", "/after%d" % i)
+    r = c.getresponse()
+    assert r.read() == b"GET /after%d 0" % i
 print("ok")
 "#,
         ca = pki.path("ca.pem"),
