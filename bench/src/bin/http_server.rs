@@ -10,7 +10,9 @@
 //! by prior knowledge on one port (over TLS, HTTP/2 by ALPN), with the
 //! accept loop in a spawned task, as hyper's examples do. Every server
 //! answers as `crates/spindle-http/examples/hello.rs` does: `Hello, World!`
-//! with `content-type: text/plain`.
+//! with `content-type: text/plain` — or, with `BENCH_BODY=N` (spindle and
+//! hyper), a full body of N bytes, one shared buffer cloned per request,
+//! as a server answering from a cache does.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -73,9 +75,13 @@ fn spindle(addr: String, tls: Option<Arc<spindle_http::tls::rustls::ServerConfig
             server = server.tls(tls);
         }
         listening(server.local_addr().unwrap());
+        let body = big_body();
         server
-            .serve(|_req| {
-                let mut r = spindle_http::Response::new(spindle_http::Body::from("Hello, World!"));
+            .serve(move |_req| {
+                let mut r = spindle_http::Response::new(match &body {
+                    Some(b) => spindle_http::Body::from(b.clone()),
+                    None => spindle_http::Body::from("Hello, World!"),
+                });
                 r.headers_mut().insert(
                     spindle_http::http::header::CONTENT_TYPE,
                     spindle_http::http::HeaderValue::from_static("text/plain"),
@@ -86,11 +92,24 @@ fn spindle(addr: String, tls: Option<Arc<spindle_http::tls::rustls::ServerConfig
     });
 }
 
-/// The hyper servers' answer: what `examples/hello.rs` answers.
+/// `BENCH_BODY`'s body, if it is set.
+fn big_body() -> Option<bytes::Bytes> {
+    let n: usize = std::env::var("BENCH_BODY")
+        .ok()?
+        .parse()
+        .expect("BENCH_BODY: a size");
+    Some(bytes::Bytes::from(vec![b'x'; n]))
+}
+
+/// The hyper servers' answer: what `examples/hello.rs` answers (or
+/// `BENCH_BODY`'s body).
 fn hello() -> hyper::Response<http_body_util::Full<bytes::Bytes>> {
-    let mut r = hyper::Response::new(http_body_util::Full::new(bytes::Bytes::from_static(
-        b"Hello, World!",
-    )));
+    static BODY: std::sync::OnceLock<Option<bytes::Bytes>> = std::sync::OnceLock::new();
+    let body = BODY
+        .get_or_init(big_body)
+        .clone()
+        .unwrap_or_else(|| bytes::Bytes::from_static(b"Hello, World!"));
+    let mut r = hyper::Response::new(http_body_util::Full::new(body));
     r.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
         hyper::header::HeaderValue::from_static("text/plain"),
