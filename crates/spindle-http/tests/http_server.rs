@@ -1255,3 +1255,63 @@ fn pipelined_large_full_bodies_arrive_whole_and_in_order() {
     }
     assert_eq!(got.len(), at, "nothing after the last answer");
 }
+
+/// A client that asks for a large full body and never reads it: the
+/// write waits at most `write_timeout`, then the connection is closed;
+/// meanwhile and after, other clients are served.
+#[test]
+fn a_client_that_never_reads_a_large_body_is_dropped_after_the_write_timeout() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let (addr, handle) = rt.run(|| {
+        let server = Server::bind("127.0.0.1:0")
+            .unwrap()
+            .config(ServerConfig::default().write_timeout(Duration::from_millis(300)));
+        let addr = server.local_addr().unwrap();
+        let handle = server.handle();
+        let big = bytes::Bytes::from(vec![b'x'; 16 << 20]);
+        spindle::spawn(move || {
+            server.serve(move |req| {
+                if req.uri().path() == "/big" {
+                    Response::new(Body::from(big.clone()))
+                } else {
+                    Response::new(Body::from("small"))
+                }
+            })
+        });
+        (addr, handle)
+    });
+    let mut stuck = TcpStream::connect(addr).unwrap();
+    stuck
+        .write_all(b"GET /big HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    // The worker is not held by the stuck write.
+    let r = raw(
+        addr,
+        b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    assert!(r.ends_with("small"), "{r}");
+    // The stuck connection goes within a few write timeouts.
+    let start = Instant::now();
+    while handle.connections() > 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{} connections still open",
+            handle.connections()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // What it got is a prefix of the answer, then the end.
+    stuck
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut got = Vec::new();
+    let _ = stuck.read_to_end(&mut got);
+    assert!(got.len() < (16 << 20) + 200, "{}", got.len());
+    assert!(got.starts_with(b"HTTP/1.1 200 OK\r\n"));
+    let r = raw(
+        addr,
+        b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    assert!(r.ends_with("small"), "{r}");
+}
