@@ -9,9 +9,11 @@
 //! that thread, on whichever connection, takes it ([`take_for`]).
 //!
 //! A buffer that kept its capacity kept the largest response the
-//! connection had ever answered in hand (a full body is copied into it)
-//! for as long as the connection lived: a megabyte per idle keep-alive
-//! connection that once served a megabyte. Now an idle connection holds
+//! connection had ever answered in hand for as long as the connection
+//! lived: a megabyte per idle keep-alive connection that once served a
+//! megabyte through it (a body with trailers, which goes out chunked, is
+//! copied in whole; so, before large full bodies were written from where
+//! they are, was every full body). Now an idle connection holds
 //! none, and a buffer grown past [`MAX_KEPT`] is freed rather than cached.
 //! Busy connections cost the same CPU per request as before: the take and
 //! the give are a few dozen instructions, and the connections a worker
