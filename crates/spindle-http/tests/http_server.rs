@@ -72,11 +72,22 @@ fn start_with<H>(rt: &Runtime, config: ServerConfig, handler: H) -> SocketAddr
 where
     H: Fn(Request<Body>) -> Response<Body> + Send + Sync + 'static,
 {
+    serve_on(rt, config, handler).0
+}
+
+/// A server with `config` serving `handler` on `rt`; its address and
+/// handle.
+fn serve_on(
+    rt: &Runtime,
+    config: ServerConfig,
+    handler: impl Fn(Request<Body>) -> Response<Body> + Send + Sync + 'static,
+) -> (SocketAddr, spindle_http::ServerHandle) {
     rt.run(move || {
         let server = Server::bind("127.0.0.1:0").unwrap().config(config);
         let addr = server.local_addr().unwrap();
+        let handle = server.handle();
         spindle::spawn(move || server.serve(handler));
-        addr
+        (addr, handle)
     })
 }
 
@@ -1155,21 +1166,6 @@ static BIG_BODIES: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn big_bodies() -> std::sync::MutexGuard<'static, ()> {
     BIG_BODIES.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Starts a server with `config` and `handler` on `rt`.
-fn serve_on(
-    rt: &Runtime,
-    config: ServerConfig,
-    handler: impl Fn(Request<Body>) -> Response<Body> + Send + Sync + 'static,
-) -> (SocketAddr, spindle_http::ServerHandle) {
-    rt.run(move || {
-        let server = Server::bind("127.0.0.1:0").unwrap().config(config);
-        let addr = server.local_addr().unwrap();
-        let handle = server.handle();
-        spindle::spawn(move || server.serve(handler));
-        (addr, handle)
-    })
 }
 
 /// Reads from `s` into `got` until the response starting at `got[at..]`
