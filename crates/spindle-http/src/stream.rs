@@ -85,7 +85,13 @@ impl Stream {
         };
         let (mut head, mut body) = (head, body);
         while !head.is_empty() {
-            let n = (&*tcp).write_vectored(&[io::IoSlice::new(head), io::IoSlice::new(body)])?;
+            let n = match (&*tcp).write_vectored(&[io::IoSlice::new(head), io::IoSlice::new(body)])
+            {
+                Ok(n) => n,
+                // As `write_all` does: a signal is no error.
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
             if n == 0 {
                 return Err(io::ErrorKind::WriteZero.into());
             }
