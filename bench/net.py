@@ -42,7 +42,7 @@ def build():
 SERVERS = {
     "spindle": ([os.path.join(T, "echo_server"), "spindle"], {}),
     # What a user runs: the README's example as shipped (default runtime,
-    # 16 KiB buffer, Nagle on), not a server written for this script.
+    # stall watchdog on, Nagle on), not a server written for this script.
     "spindle examples/echo.rs": ([os.path.join(T, "examples", "echo")], {}),
     "tokio (current_thread)": ([os.path.join(T, "echo_server"), "tokio"], {}),
     "go (GOMAXPROCS=1)": ([os.path.join(T, "echo_go")], {"GOMAXPROCS": "1"}),
