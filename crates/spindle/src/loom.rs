@@ -8,10 +8,9 @@
 //! atomics are not `const`), so the loom types apply only where both
 //! `spindle_loom` and `test` are set: in the model test crate. Only the
 //! protocol modules (`fiber/token.rs`, `sched/handshake.rs`,
-//! `sched/sleep_word.rs`, `sync/lock_word.rs`, `chan/hand_off.rs`,
-//! `membarrier.rs`) use this facade; they depend
-//! on nothing else in the crate, so the model tests compile them on their
-//! own.
+//! `sched/sleep_word.rs`, `sched/mailbox.rs`, `sync/lock_word.rs`,
+//! `chan/hand_off.rs`, `membarrier.rs`) use this facade; they depend on
+//! nothing else in the crate, so the model tests compile them on their own.
 //!
 //! [loom]: https://docs.rs/loom
 

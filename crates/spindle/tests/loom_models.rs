@@ -28,6 +28,9 @@ mod handshake;
 #[path = "../src/sched/sleep_word.rs"]
 mod sleep_word;
 
+#[path = "../src/sched/mailbox.rs"]
+mod mailbox;
+
 #[path = "../src/sync/lock_word.rs"]
 mod lock_word;
 

@@ -100,3 +100,107 @@ fn many_fibers_woken_by_many_threads_all_finish() {
     }
     assert_eq!(done.load(Ordering::SeqCst), 1000);
 }
+
+/// Two runtimes of one worker each, so every wake crosses threads, and each
+/// worker spins between hops: the wakes go through the spinning worker's
+/// mailbox (`docs/DESIGN.md`, "Sleeping and spinning"). A plain thread
+/// unparks the pong side all along, so offers race each other and the
+/// worker's leaving its spin. Every round trip completes in order.
+#[test]
+fn wakes_handed_to_a_spinning_worker_arrive_once_and_in_order() {
+    const ROUNDS: u64 = 50_000;
+    let (a, b) = (
+        Runtime::builder().workers(1).build().unwrap(),
+        Runtime::builder().workers(1).build().unwrap(),
+    );
+    let (tx1, rx1) = spindle::chan::bounded::<u64>(1);
+    let (tx2, rx2) = spindle::chan::bounded::<u64>(1);
+    let pong = b.spawn(move || {
+        let mut n = 0u64;
+        for v in rx1.iter() {
+            assert_eq!(v, n, "a value lost, doubled or reordered");
+            n += 1;
+            tx2.send(v).unwrap();
+        }
+        n
+    });
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let noise = {
+        let (stop, fiber) = (stop.clone(), pong.fiber().clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                fiber.unpark();
+                n += 1;
+                if n.is_multiple_of(64) {
+                    std::thread::yield_now();
+                }
+            }
+        })
+    };
+    a.run(move || {
+        for i in 0..ROUNDS {
+            tx1.send(i).unwrap();
+            assert_eq!(rx2.recv().unwrap(), i);
+        }
+    });
+    stop.store(true, Ordering::Relaxed);
+    noise.join().unwrap();
+    assert_eq!(pong.join().unwrap(), ROUNDS);
+}
+
+/// A runtime shut down while another runtime's fibers keep waking its
+/// fibers from their own worker: the wakes that land after the end are
+/// dropped with the fibers they wake, every fiber's locals are dropped
+/// once, and nothing hangs.
+#[test]
+fn a_runtime_shut_down_under_wakes_from_another_drops_every_fiber_once() {
+    const FIBERS: usize = 64;
+    struct Counted(Arc<AtomicU64>);
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let dropped = Arc::new(AtomicU64::new(0));
+    let (a, b) = (
+        Runtime::builder().workers(1).build().unwrap(),
+        Runtime::builder().workers(1).build().unwrap(),
+    );
+    let mut senders = Vec::new();
+    for _ in 0..FIBERS {
+        let (tx, rx) = spindle::chan::bounded::<u64>(1);
+        let guard = Counted(dropped.clone());
+        b.spawn(move || {
+            let _guard = guard;
+            while rx.recv().is_ok() {}
+        });
+        senders.push(tx);
+    }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let waker = {
+        let stop = stop.clone();
+        a.spawn(move || {
+            let mut sent = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                for tx in &senders {
+                    // The receiver may be gone (its runtime stopped).
+                    if tx.send(sent).is_ok() {
+                        sent += 1;
+                    }
+                }
+                spindle::yield_now();
+            }
+            sent
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    b.shutdown_timeout(Duration::from_secs(5));
+    assert_eq!(dropped.load(Ordering::SeqCst), FIBERS as u64);
+    stop.store(true, Ordering::Relaxed);
+    assert!(
+        waker.join().unwrap() > 0,
+        "the waker never reached a receiver"
+    );
+    drop(a);
+}

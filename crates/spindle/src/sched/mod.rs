@@ -73,6 +73,7 @@
 pub(crate) mod diag;
 pub(crate) mod handshake;
 mod join;
+pub(crate) mod mailbox;
 pub(crate) mod park;
 pub(crate) mod queue;
 pub(crate) mod scope;
@@ -164,6 +165,9 @@ pub(crate) struct Scheduler {
 /// What other threads may see and touch of a worker.
 pub(crate) struct WorkerShared {
     pub(crate) inbox: SharedQueue,
+    /// Where a waker on another thread hands a fiber straight to this
+    /// worker while it spins for work (`mailbox`), on a line of its own.
+    pub(crate) mailbox: CachePadded<mailbox::Mailbox<FiberRef>>,
     /// The worker's private FIFO, lockable by a thief while it is stalled.
     pub(crate) local: queue::SharedLocal,
     sleep: SleepWord,
@@ -216,6 +220,7 @@ impl WorkerShared {
     fn new() -> WorkerShared {
         WorkerShared {
             inbox: SharedQueue::new(),
+            mailbox: CachePadded(mailbox::Mailbox::new()),
             local: queue::SharedLocal::new(),
             sleep: SleepWord::new(),
             thread: OnceLock::new(),
@@ -370,9 +375,14 @@ impl Scheduler {
         }
     }
 
-    /// Pushes a woken fiber to its owner from another thread.
+    /// Pushes a woken fiber to its owner from another thread: into its
+    /// mailbox if it spins for work (it needs no wake then), else into its
+    /// inbox, waking it.
     fn push_remote(&self, owner: usize, fiber: FiberRef) {
         let w = &self.workers[owner];
+        let Err(fiber) = w.mailbox.0.offer(fiber) else {
+            return;
+        };
         w.inbox.push(fiber, || self.stamp());
         fence(Ordering::SeqCst);
         self.wake_worker(owner);
