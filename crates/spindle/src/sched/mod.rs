@@ -45,10 +45,11 @@
 //! A worker whose previous sleep was cut short by a wake within 200 µs is
 //! in a closed loop with another thread (a channel ping-pong across
 //! workers); before its next sleep it watches its queue heads and its
-//! mailbox for up to 30 µs. A sleep/wake pair costs tens of µs of wake-up latency on a VM;
-//! measured, it took a cross-worker channel round trip from 205 µs to
-//! ~3 µs, and looking at the queue heads every 4 pauses instead of 64 to
-//! 0.8 µs. Idle workers sleep long, stop spinning, and burn nothing.
+//! mailbox for up to 30 µs. A sleep/wake pair costs tens of µs of wake-up
+//! latency on a VM; measured, it took a cross-worker channel round trip
+//! from 205 µs to ~3 µs, and looking at the queue heads every 4 pauses
+//! instead of 64 to 0.8 µs. Idle workers sleep long, stop spinning, and
+//! burn nothing.
 //!
 //! # Spreading spawned fibers
 //!
