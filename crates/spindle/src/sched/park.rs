@@ -112,7 +112,14 @@ pub(crate) fn wait(
     register: impl FnOnce(&WaitToken) -> bool,
     unregister: impl FnOnce(&WaitToken),
 ) -> Wake {
-    wait_with(kind, deadline, thread::panicking(), register, unregister)
+    wait_with(
+        kind,
+        deadline,
+        thread::panicking(),
+        register,
+        unregister,
+        None,
+    )
 }
 
 /// A shielded wait on a fiber with no deadline of its own: only a waker
@@ -124,15 +131,21 @@ pub(crate) fn wait_shielded(kind: WaitKind, register: impl FnOnce(Notify) -> boo
         true,
         |t| register(Notify::Fiber(t.clone())),
         |_| {},
+        None,
     );
 }
 
+/// `wait`, for a caller that read the runtime's clock just before it
+/// (`reading`, e.g. a sleep's start): the reading is lent to the worker
+/// for its look at the timers right after the fiber parks, which then
+/// needs no clock read of its own (`Worker::timers_per_dispatch`).
 fn wait_with(
     kind: WaitKind,
     deadline: Option<Instant>,
     shielded: bool,
     register: impl FnOnce(&WaitToken) -> bool,
     unregister: impl FnOnce(&WaitToken),
+    reading: Option<Instant>,
 ) -> Wake {
     // SAFETY: the reference is used on this fiber, inside this call, which
     // returns (or is unwound) before the fiber can finish, and it is never
@@ -171,7 +184,16 @@ fn wait_with(
     }
     let mut foreign_unparks = false;
     while token.is_pending() {
+        if reading.is_some() {
+            super::worker::lend_reading(reading);
+        }
         crate::fiber::park_running();
+        if reading.is_some() {
+            // A park that found its token returns without a switch, so
+            // the loop did not take the reading, and the fiber runs on:
+            // take it back before it goes stale.
+            super::worker::lend_reading(None);
+        }
         foreign_unparks |= token.is_pending();
     }
     header.waiting_on.set(WaitKind::Running);
@@ -309,7 +331,15 @@ pub(crate) fn sleep_until(read_at: Option<Instant>, deadline: Instant) {
     let mut now = read_at.unwrap_or_else(super::worker::now);
     while now < deadline {
         // Nothing but the timer (or a cancel, or a timeout) ends this wait.
-        match wait(WaitKind::Sleep, Some(deadline), |_| true, |_| ()) {
+        let wake = wait_with(
+            WaitKind::Sleep,
+            Some(deadline),
+            thread::panicking(),
+            |_| true,
+            |_| (),
+            Some(now),
+        );
+        match wake {
             Wake::Cancelled => exit_cancelled(),
             Wake::Elapsed => elapsed_exit(),
             // The timer ends the wait only once the clock has reached the

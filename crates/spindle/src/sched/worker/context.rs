@@ -72,6 +72,18 @@ pub(crate) fn now() -> Instant {
     with_worker(|w| w.map_or_else(Instant::now, |w| w.sched.time.now()))
 }
 
+/// Lends the calling worker a reading of its runtime's clock that the
+/// running fiber took just before it parks (`None`: takes it back), for
+/// the loop's next look at the timers (`Worker::reading_at_park`).
+#[inline]
+pub(crate) fn lend_reading(reading: Option<Instant>) {
+    with_worker(|w| {
+        if let Some(w) = w {
+            w.reading_at_park.set(reading);
+        }
+    })
+}
+
 /// Whether the calling worker's runtime's clock has reached `deadline`
 /// (`TimeSource::reached`); the real clock off the workers.
 #[inline]

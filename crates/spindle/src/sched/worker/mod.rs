@@ -59,9 +59,9 @@ use crate::poll::timer::TimerHeap;
 
 pub(crate) use context::{
     arm_timer, can_park, count_wait_here, current_fiber, current_fiber_uncounted, deadline_after,
-    drive_in_place, in_block_on_poll, note_dead_timer, now, on_fiber, push_if_owner, push_new_here,
-    reached, report_here, reserve_here, with_current, worker_count, worker_index, yield_in_place,
-    BlockOnPoll,
+    drive_in_place, in_block_on_poll, lend_reading, note_dead_timer, now, on_fiber, push_if_owner,
+    push_new_here, reached, report_here, reserve_here, with_current, worker_count, worker_index,
+    yield_in_place, BlockOnPoll,
 };
 
 /// Most entries moved from a shared queue to the local one per lock.
@@ -169,6 +169,11 @@ pub(crate) struct Worker {
     last_poll: Cell<Instant>,
     /// When the timers were last looked at, and the stamp clock then.
     timer_sample: Cell<(Instant, super::queue::Stamp)>,
+    /// A reading of the runtime's clock the running fiber took just before
+    /// it parked (a sleep's start), lent for the loop's next look at the
+    /// timers; taken by that look whether used or not, so it never
+    /// outlives the dispatch it came from.
+    reading_at_park: Cell<Option<Instant>>,
 }
 
 /// The worker state the loop and its fibers share (see the module docs).
@@ -314,6 +319,7 @@ pub(crate) fn run(sched: Arc<Scheduler>, index: usize) {
         last_sleep_short: Cell::new(false),
         last_poll: Cell::new(Instant::now()),
         timer_sample: Cell::new((sched.time.now(), 0)),
+        reading_at_park: Cell::new(None),
         sched,
     };
     // With the `tokio` feature, the worker's whole life is inside a tokio
