@@ -135,10 +135,11 @@ pub(crate) fn wait_shielded(kind: WaitKind, register: impl FnOnce(Notify) -> boo
     );
 }
 
-/// `wait`, for a caller that read the runtime's clock just before it
-/// (`reading`, e.g. a sleep's start): the reading is lent to the worker
-/// for its look at the timers right after the fiber parks, which then
-/// needs no clock read of its own (`Worker::timers_per_dispatch`).
+/// The wait behind [`wait`] and [`wait_shielded`]. `reading`: a reading of
+/// the runtime's clock the caller took just before (a sleep's start), lent
+/// to the worker as the fiber parks, so that the loop's look at the timers
+/// right after needs no clock read of its own
+/// (`Worker::timers_per_dispatch`); `None` for every other wait.
 fn wait_with(
     kind: WaitKind,
     deadline: Option<Instant>,
