@@ -10,6 +10,13 @@
 //! * `crossings2` (tokio): `pingpong2`, printing the fraction of round trips
 //!   whose two ends ran on different threads (`CROSSED k of N`) instead of a
 //!   time.
+//!   With `PIN_CPUS=a,b` (spindle and crossbeam), the first end's thread
+//!   is pinned to CPU `a` and the second's to `b`: the hop then always
+//!   crosses the same two CPUs, for A/B runs of one implementation (this
+//!   VM moves unpinned threads between its vCPUs, and a round's time with
+//!   them by 2-3x). The ends pin themselves after [`WARM`] untimed round
+//!   trips: a spindle worker decides whether it may spin from the CPUs it
+//!   may use when it first goes idle, and must see both then.
 //! * `mutex`: uncontended lock+unlock.
 //! * `contended`: 4 parties each doing N/4 lock+increment+unlock on one
 //!   mutex, on two workers (threads for parking_lot).
@@ -23,6 +30,33 @@ fn spindle_rt(workers: usize) -> spindle::Runtime {
         .stall_warning(None)
         .build()
         .unwrap()
+}
+
+/// Untimed round trips before a pinned `pingpong2` (see the module docs).
+const WARM: u64 = 1000;
+
+/// Pins the calling thread to the `end`-th CPU of `PIN_CPUS` (see the
+/// module docs), if it is set.
+fn pin_end(end: usize) {
+    let Ok(cpus) = std::env::var("PIN_CPUS") else {
+        return;
+    };
+    let cpu: usize = cpus
+        .split(',')
+        .nth(end)
+        .expect("PIN_CPUS=a,b")
+        .parse()
+        .unwrap();
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes
+    // within it, and sched_setaffinity reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set),
+            0
+        );
+    }
 }
 
 fn tokio_rt(workers: usize) -> tokio::runtime::Runtime {
@@ -70,12 +104,20 @@ fn main() {
             let (tx2, rx2) = spindle::chan::bounded::<u64>(1);
             let pong = b.spawn(move || {
                 for v in rx1.iter() {
+                    if v == WARM {
+                        pin_end(1); // the worker thread this fiber runs on
+                    }
                     tx2.send(v).unwrap();
                 }
             });
             let ns = a.run(move || {
+                for i in 0..WARM {
+                    tx1.send(i).unwrap();
+                    rx2.recv().unwrap();
+                }
+                pin_end(0);
                 let start = Instant::now();
-                for i in 0..n {
+                for i in WARM..WARM + n {
                     tx1.send(i).unwrap();
                     rx2.recv().unwrap();
                 }
@@ -182,11 +224,19 @@ fn main() {
             let (tx2, rx2) = crossbeam_channel::bounded::<u64>(1);
             let pong = std::thread::spawn(move || {
                 for v in rx1.iter() {
+                    if v == WARM {
+                        pin_end(1);
+                    }
                     tx2.send(v).unwrap();
                 }
             });
+            for i in 0..WARM {
+                tx1.send(i).unwrap();
+                rx2.recv().unwrap();
+            }
+            pin_end(0);
             let start = Instant::now();
-            for i in 0..n {
+            for i in WARM..WARM + n {
                 tx1.send(i).unwrap();
                 rx2.recv().unwrap();
             }

@@ -28,8 +28,17 @@ pub(crate) struct Waiter<T> {
 }
 
 /// A FIFO of parked waiters (see the module docs).
+///
+/// The first waiter is kept inline, beside the primitive's lock word, and
+/// only the ones behind it in a buffer of their own: a primitive with one
+/// waiter (a channel's receiver, a lock's next owner) is the common case,
+/// and its waker then reads one cache line for the lock and the waiter
+/// together instead of a second one the waiter wrote from another CPU.
 pub(crate) struct WaitQueue<T = ()> {
-    entries: VecDeque<Waiter<T>>,
+    /// The first waiter; `None` only when `rest` is empty too.
+    head: Option<Waiter<T>>,
+    /// The waiters behind `head`, in order.
+    rest: VecDeque<Waiter<T>>,
 }
 
 impl<T> Default for WaitQueue<T> {
@@ -42,36 +51,44 @@ impl<T> WaitQueue<T> {
     /// An empty queue.
     pub(crate) const fn new() -> WaitQueue<T> {
         WaitQueue {
-            entries: VecDeque::new(),
+            head: None,
+            rest: VecDeque::new(),
         }
     }
 
     /// Queues a waiter at the back.
     pub(crate) fn push(&mut self, notify: Notify, data: T) {
-        self.entries.push_back(Waiter { notify, data });
+        let waiter = Waiter { notify, data };
+        if self.head.is_none() {
+            self.head = Some(waiter);
+        } else {
+            self.rest.push_back(waiter);
+        }
     }
 
     /// Whether nobody waits (waiters whose wait ended but that have not
     /// removed themselves yet count as waiting).
     pub(crate) fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.head.is_none()
     }
 
     /// The data of the first waiter.
     pub(crate) fn front(&self) -> Option<&T> {
-        self.entries.front().map(|w| &w.data)
+        self.head.as_ref().map(|w| &w.data)
     }
 
     /// Takes the first waiter without waking it.
     pub(crate) fn pop_front(&mut self) -> Option<Waiter<T>> {
-        self.entries.pop_front()
+        let first = self.head.take()?;
+        self.head = self.rest.pop_front();
+        Some(first)
     }
 
     /// Wakes the first waiter whose wait is still pending with `Ready` and
     /// returns its data; waiters whose wait already ended are dropped on
     /// the way. `None` if no pending waiter was left.
     pub(crate) fn wake_first(&mut self) -> Option<T> {
-        while let Some(w) = self.entries.pop_front() {
+        while let Some(w) = self.pop_front() {
             if w.notify.wake_owned(Wake::Ready) {
                 return Some(w.data);
             }
@@ -91,7 +108,7 @@ impl<T> WaitQueue<T> {
         mut take_back: impl FnMut(&T) -> V,
     ) -> Result<T, V> {
         let mut value = value;
-        while let Some(w) = self.entries.pop_front() {
+        while let Some(w) = self.pop_front() {
             give(&w.data, value);
             if w.notify.wake_owned(Wake::Ready) {
                 return Ok(w.data);
@@ -104,8 +121,11 @@ impl<T> WaitQueue<T> {
     /// Removes the waiter of `notify` (its wait ended another way);
     /// returns its data if it was still queued.
     pub(crate) fn remove(&mut self, notify: &Notify) -> Option<T> {
-        let at = self.entries.iter().position(|w| w.notify.same(notify))?;
-        self.entries.remove(at).map(|w| w.data)
+        if self.head.as_ref()?.notify.same(notify) {
+            return self.pop_front().map(|w| w.data);
+        }
+        let at = self.rest.iter().position(|w| w.notify.same(notify))?;
+        self.rest.remove(at).map(|w| w.data)
     }
 
     /// Takes every waiter, to wake with [`wake_all`](Self::wake_all) after
@@ -116,7 +136,7 @@ impl<T> WaitQueue<T> {
 
     /// Ends every waiter's wait with `why`.
     pub(crate) fn wake_all(self, why: Wake) {
-        for w in self.entries {
+        for w in self.head.into_iter().chain(self.rest) {
             w.notify.wake_owned(why);
         }
     }
@@ -187,5 +207,30 @@ mod tests {
         all.wake_all(Wake::Closed);
         assert_eq!(wa.outcome(), None);
         assert_eq!(wb.outcome(), Some(Wake::Closed));
+    }
+
+    #[test]
+    fn order_holds_across_the_inline_first_waiter_and_the_rest() {
+        let mut q = WaitQueue::new();
+        let waiters: Vec<_> = (0..5).map(|_| waiter()).collect();
+        for (i, (n, _)) in waiters.iter().enumerate() {
+            q.push(n.clone(), i);
+        }
+        // The first one leaves: the second moves up into its place.
+        assert_eq!(q.remove(&waiters[0].0), Some(0));
+        assert_eq!(q.front(), Some(&1));
+        // One from the middle leaves: the order of the others holds.
+        assert_eq!(q.remove(&waiters[3].0), Some(3));
+        assert_eq!(q.wake_first(), Some(1));
+        q.push(waiters[0].0.clone(), 9);
+        assert_eq!(q.pop_front().map(|w| w.data), Some(2));
+        assert_eq!(q.pop_front().map(|w| w.data), Some(4));
+        assert_eq!(q.front(), Some(&9));
+        assert_eq!(q.pop_front().map(|w| w.data), Some(9));
+        assert!(q.is_empty() && q.pop_front().is_none() && q.front().is_none());
+        // Emptied, it takes a first waiter inline again.
+        q.push(waiters[4].0.clone(), 7);
+        assert_eq!(q.remove(&waiters[4].0), Some(7));
+        assert!(q.is_empty());
     }
 }
