@@ -65,14 +65,15 @@ impl Worker {
         let start = Instant::now();
         let mut looks = 0u32;
         let came = loop {
-            // A few pauses between looks: a push is seen within about a
-            // hundred nanoseconds. With 64 (a `pause` is ~65 cycles on Zen 2
-            // and Skylake) the spinner looked every ~1.5 µs and a round
-            // trip across workers cost 2.4 µs instead of 0.8
-            // (`bench/RESULTS.md`).
-            for _ in 0..4 {
-                std::hint::spin_loop();
-            }
+            // One pause between looks: a `pause` costs 25-40 ns on current
+            // x86 cores (~26 ns on this project's AMD EPYC test VM), and
+            // what a hand-over waits for its look is a hop's latency. With
+            // 64 the spinner looked every ~1.5 µs and a round trip across
+            // workers cost 2.4 µs; with 4, ~0.56 µs; with 1, ~0.46
+            // (`bench/RESULTS.md`). The look is loads of lines nobody
+            // writes until they hand work over, so looking often costs
+            // the pushers nothing.
+            std::hint::spin_loop();
             if open {
                 if let Some(fiber) = mailbox.take() {
                     self.queue_handed_over(fiber);
@@ -84,9 +85,10 @@ impl Worker {
             if self.pushed_work() {
                 break true;
             }
-            // The clock every 16th look: a read costs as much as a look.
+            // The clock every 64th look (every ~2 µs of a 30 µs spin): a
+            // read costs as much as a look.
             looks = looks.wrapping_add(1);
-            if looks.is_multiple_of(16)
+            if looks.is_multiple_of(64)
                 && start.elapsed() >= std::time::Duration::from_micros(SPIN_US)
             {
                 break false;
