@@ -241,6 +241,14 @@ impl ClockBound {
     }
 }
 
+/// The coarse monotonic clock in nanoseconds: the clock as of the last
+/// tick, read for a few nanoseconds (see the module docs). For cadences of
+/// many ticks that must not cost a precise reading.
+#[inline]
+pub(crate) fn coarse_ns() -> Option<u64> {
+    clock_ns(libc::CLOCK_MONOTONIC_COARSE)
+}
+
 /// `clock`'s reading in nanoseconds.
 #[inline]
 fn clock_ns(clock: libc::clockid_t) -> Option<u64> {

@@ -62,7 +62,9 @@ impl Worker {
         // Every way out below takes or closes it.
         let mailbox = &self.shared().mailbox.0;
         let open = mailbox.open();
-        let start = Instant::now();
+        // The spin's clock starts at its first reading, 64 looks in: not
+        // read before the first looks, where a hand-over is likeliest.
+        let mut start = None;
         let mut looks = 0u32;
         let came = loop {
             // One pause between looks: a `pause` costs 25-40 ns on current
@@ -89,7 +91,8 @@ impl Worker {
             // read costs as much as a look.
             looks = looks.wrapping_add(1);
             if looks.is_multiple_of(64)
-                && start.elapsed() >= std::time::Duration::from_micros(SPIN_US)
+                && start.get_or_insert_with(Instant::now).elapsed()
+                    >= std::time::Duration::from_micros(SPIN_US)
             {
                 break false;
             }

@@ -31,12 +31,19 @@ static SPINNING: AtomicUsize = AtomicUsize::new(0);
 static CROWDED: AtomicBool = AtomicBool::new(false);
 /// Whether the last sample did.
 static LAST_OVER: AtomicBool = AtomicBool::new(false);
-/// When the last sample was taken, in µs since [`epoch`] (0: never).
+/// When the last sample was taken, in µs on [`now_us`]'s clock (0: never).
 static SAMPLED_AT: AtomicU64 = AtomicU64::new(0);
 
-fn epoch() -> Instant {
+/// A clock for the sampling cadence, in µs, never 0: the coarse monotonic
+/// clock (a tick's precision is plenty for a 50 ms cadence, and it is read
+/// on the way into every spin, where a precise reading would delay the
+/// spinner's readiness for a hand-over); the precise one where the
+/// coarse one is missing.
+fn now_us() -> u64 {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
+    let ns = crate::sched::time_source::coarse_ns()
+        .unwrap_or_else(|| EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64);
+    ns / 1000 + 1
 }
 
 /// CPUs this process may run on, and CPUs online.
@@ -78,7 +85,7 @@ impl Drop for SpinPermit {
 /// The last samples' verdict, refreshed first if it is stale (by one
 /// caller; the others use the old verdict meanwhile).
 fn crowded(online: usize) -> bool {
-    let now = epoch().elapsed().as_micros() as u64 + 1;
+    let now = now_us();
     let last = SAMPLED_AT.load(Ordering::Relaxed);
     if now.saturating_sub(last) >= SAMPLE_EVERY.as_micros() as u64
         && SAMPLED_AT
