@@ -89,6 +89,11 @@ def rows(quick):
             ("tokio current_thread, no I/O or time driver", pe("tokio-ct-bare", "spawn-batch", n), None),
             ("go (a channel per goroutine)", gb("spawn-batch", n), go),
         ]),
+        ("yield_now through the scheduler, 2 workers at once (4 fibers; per yield of one worker); CPUs 0-1", [
+            ("spindle", sp("yield2", n), {"CPUS": "0,1"}),
+            ("go (Gosched, GOMAXPROCS=2)", gb("yield2", n), {"GOMAXPROCS": "2", "CPUS": "0,1"}),
+            ("tokio multi_thread(2)", pe("tokio-mt2", "yield2", n), {"CPUS": "0,1"}),
+        ]),
         ("yield_now from the only fiber", [
             ("spindle", sp("yield-lone", n), None),
             ("go (Gosched)", gb("yield-lone", n), go),

@@ -42,6 +42,23 @@ func main() {
 		}
 		wg.Wait()
 		fmt.Printf("RESULT %.3f ns\n", float64(time.Since(start).Nanoseconds())/float64(2*per))
+	case "yield2":
+		// Four goroutines yielding on GOMAXPROCS=2 (Spindle's row pins two
+		// to each of its two workers); per yield of one P.
+		per := n / 2
+		var wg sync.WaitGroup
+		wg.Add(4)
+		start := time.Now()
+		for k := 0; k < 4; k++ {
+			go func() {
+				for i := 0; i < per; i++ {
+					runtime.Gosched()
+				}
+				wg.Done()
+			}()
+		}
+		wg.Wait()
+		fmt.Printf("RESULT %.3f ns\n", float64(time.Since(start).Nanoseconds())/float64(2*per))
 	case "spawn":
 		done := make(chan struct{})
 		for i := 0; i < 1000; i++ {

@@ -1,6 +1,7 @@
 //! The same fiber-core benchmarks for peers:
-//! `core_peers <corosensei|may|tokio-ct|tokio-ct-bare|tokio-mt1> <bench> N`
-//! (`tokio-ct-bare`: current_thread without its I/O and time drivers).
+//! `core_peers <corosensei|may|tokio-ct|tokio-ct-bare|tokio-mt1|tokio-mt2> <bench> N`
+//! (`tokio-ct-bare`: current_thread without its I/O and time drivers;
+//! `tokio-mt2`: multi_thread with two workers, for `yield2`).
 
 use std::time::Instant;
 
@@ -17,6 +18,7 @@ fn main() {
         ("tokio-ct", b) => tokio_bench(b, n, false, true),
         ("tokio-ct-bare", b) => tokio_bench(b, n, false, false),
         ("tokio-mt1", b) => tokio_bench(b, n, true, true),
+        ("tokio-mt2", b) => tokio_bench2(b, n),
         (p, b) => panic!("unknown {p} {b}"),
     }
 }
@@ -152,6 +154,45 @@ fn may_bench(bench: &str, n: u64) {
             std::process::exit(0);
         }
         b => panic!("may has no {b}"),
+    }
+}
+
+/// Two-worker rows on tokio's multi_thread(2), drivers on.
+fn tokio_bench2(bench: &str, n: u64) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    match bench {
+        "yield2" => {
+            // Four tasks yielding, spawned from a task: as many as
+            // Spindle's row pins two to each worker; tokio spreads them
+            // as it does.
+            let ns = rt.block_on(async move {
+                tokio::spawn(async move {
+                    let per = n / 2;
+                    let start = Instant::now();
+                    let tasks: Vec<_> = (0..4)
+                        .map(|_| {
+                            tokio::spawn(async move {
+                                for _ in 0..per {
+                                    tokio::task::yield_now().await;
+                                }
+                            })
+                        })
+                        .collect();
+                    for t in tasks {
+                        t.await.unwrap();
+                    }
+                    start.elapsed().as_nanos() as f64 / (2 * per) as f64
+                })
+                .await
+                .unwrap()
+            });
+            report(ns, "ns");
+        }
+        b => panic!("tokio-mt2 has no {b}"),
     }
 }
 

@@ -1,4 +1,4 @@
-//! Fiber-core benchmarks for Spindle: `core_spindle <switch|yield|spawn|rss> N`.
+//! Fiber-core benchmarks for Spindle: `core_spindle <switch|yield|yield2|spawn|rss> N`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -23,6 +23,28 @@ fn main() {
                 let b = spindle::spawn(move || (0..per).for_each(|_| spindle::yield_now()));
                 a.join().unwrap();
                 b.join().unwrap();
+                start.elapsed().as_nanos() as f64 / (2 * per) as f64
+            });
+            report(ns, "ns");
+        }
+        "yield2" => {
+            // `yield` on each of two workers at once: two fibers pinned to
+            // each, so every yield switches and queues on both workers
+            // together. Per yield of one worker (wall time / yields each).
+            let rt = spindle::Runtime::builder().workers(2).build().unwrap();
+            let ns = rt.run(move || {
+                let per = n / 2;
+                let start = Instant::now();
+                let fibers: Vec<_> = (0..4)
+                    .map(|i| {
+                        spindle::Builder::new()
+                            .spawn_on_worker(i % 2, move || {
+                                (0..per).for_each(|_| spindle::yield_now())
+                            })
+                            .unwrap()
+                    })
+                    .collect();
+                fibers.into_iter().for_each(|f| f.join().unwrap());
                 start.elapsed().as_nanos() as f64 / (2 * per) as f64
             });
             report(ns, "ns");

@@ -142,8 +142,8 @@
 //!   `!Send` values held across a wait stay correct. Idle workers steal
 //!   only fibers that have not started. Migration of started fibers is not
 //!   offered.
-//! * Run queues are FIFO by one clock: no worker runs a fiber while an older
-//!   runnable one waits (see `sched`).
+//! * Run queues are FIFO by stamps: no worker runs a fiber while an older
+//!   runnable one waits on it (see `sched`).
 //! * Stacks are 256 KiB of `MAP_NORESERVE` address space by default with a
 //!   guard page installed by `MADV_GUARD_INSTALL` (no extra kernel
 //!   mapping), taken when a fiber first runs and pooled per worker. An

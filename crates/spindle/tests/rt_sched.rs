@@ -130,3 +130,45 @@ fn a_woken_fiber_goes_back_to_its_own_worker() {
         }
     });
 }
+
+/// The global queue (spawns from outside the runtime) is stamped on a
+/// clock of its own, apart from each worker's. After many outside spawns
+/// its clock is far ahead of a worker's that queued little of its own; a
+/// fiber spawned from outside must still run after a yielder's next few
+/// turns, not after as many yields as the clocks are apart.
+#[test]
+fn an_outside_spawn_runs_after_a_few_turns_of_a_yielder_whatever_the_clocks() {
+    common::within(std::time::Duration::from_secs(60), || {
+        let rt = Runtime::builder().workers(1).build().unwrap();
+        // Moves the global queue's clock 100 000 ahead; the worker only runs
+        // them (taken in batches, not pushed one by one).
+        for _ in 0..100 {
+            let fibers: Vec<_> = (0..1000).map(|_| rt.spawn(|| ())).collect();
+            fibers.into_iter().for_each(|f| f.join().unwrap());
+        }
+        let started = Arc::new(AtomicBool::new(false));
+        let queued = Arc::new(AtomicBool::new(false));
+        let outside_ran = Arc::new(AtomicBool::new(false));
+        let (s, q, o) = (started.clone(), queued.clone(), outside_ran.clone());
+        let yielder = rt.spawn(move || {
+            s.store(true, Ordering::Release);
+            // Turns taken once the outside fiber is queued.
+            let mut turns = 0u64;
+            while !o.load(Ordering::Acquire) {
+                let counts = q.load(Ordering::Acquire);
+                spindle::yield_now();
+                turns += u64::from(counts);
+            }
+            turns
+        });
+        while !started.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        let o = outside_ran.clone();
+        let outside = rt.spawn(move || o.store(true, Ordering::Release));
+        queued.store(true, Ordering::Release);
+        outside.join().unwrap();
+        let turns = yielder.join().unwrap();
+        assert!(turns < 100, "the outside fiber waited {turns} turns");
+    })
+}

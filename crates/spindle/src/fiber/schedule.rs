@@ -10,7 +10,8 @@
 use super::FiberRef;
 
 /// A place in a scheduler's service order: every queue push is stamped from
-/// one clock, and a worker runs the oldest head first.
+/// a clock (its worker's, or the global queue's), and a worker runs the
+/// oldest head first.
 pub(crate) type Stamp = u64;
 
 /// Where a woken fiber goes in its owner's service order.

@@ -13,9 +13,13 @@
 //!
 //! # Service order (`docs/DESIGN.md`, "Service order")
 //!
-//! Every push is stamped from one clock (`Scheduler::clock`). A worker looks
-//! at the heads of its local queue, its inbox and the global queue and runs
-//! the oldest, so no fiber runs while an older runnable one waits on that
+//! Every push is stamped from a clock: the worker's own for its local queue
+//! and its inbox (`WorkerShared::clock`, also taken by another thread
+//! pushing into that inbox), the global queue's for the global queue; the
+//! clocks are kept in step where entries cross between them
+//! ([`Scheduler::catch_up`], [`Scheduler::global_catch_up`]). A worker
+//! looks at the heads of its local queue, its inbox and the global queue
+//! and runs the oldest, so no fiber runs while an older runnable one waits on that
 //! worker: not a spawn ahead of a woken fiber, not a yielder ahead of
 //! anything that became runnable since it yielded (`yield_now` re-stamps).
 //! Entries taken from a shared queue are moved, in a batch that is still
@@ -134,6 +138,7 @@ pub(crate) struct Scheduler {
     /// Fibers of this runtime waiting for a blocking-pool job: a paused
     /// clock does not auto-advance while one runs (it takes real time).
     pub(crate) blocking_waits: AtomicUsize,
+    /// The global queue's stamp clock (see "Service order" above).
     clock: CachePadded<AtomicU64>,
     /// Fibers spawned, and finished, by threads that are not this runtime's
     /// workers (workers count their own in `WorkerShared`).
@@ -170,6 +175,11 @@ pub(crate) struct WorkerShared {
     /// Where a waker on another thread hands a fiber straight to this
     /// worker while it spins for work (`mailbox`), on a line of its own.
     pub(crate) mailbox: CachePadded<mailbox::Mailbox<FiberRef>>,
+    /// The clock this worker's local queue and inbox are stamped from
+    /// (see "Service order" above), on a line of its own: the worker
+    /// stamps every push of its own, other threads only their wakes into
+    /// its inbox.
+    clock: CachePadded<AtomicU64>,
     /// The worker's private FIFO, lockable by a thief while it is stalled.
     pub(crate) local: queue::SharedLocal,
     sleep: SleepWord,
@@ -223,6 +233,7 @@ impl WorkerShared {
         WorkerShared {
             inbox: SharedQueue::new(),
             mailbox: CachePadded(mailbox::Mailbox::new()),
+            clock: CachePadded(AtomicU64::new(1)),
             local: queue::SharedLocal::new(),
             sleep: SleepWord::new(),
             thread: OnceLock::new(),
@@ -283,16 +294,45 @@ impl Scheduler {
         })
     }
 
-    /// The stamp the next push would get (entries queued from now on are
-    /// at least this).
+    /// The stamp the next push to worker `index`'s queues would get
+    /// (entries queued there from now on are at least this).
     #[inline]
-    pub(crate) fn current_stamp(&self) -> Stamp {
-        self.clock.0.load(Ordering::Relaxed)
+    pub(crate) fn current_stamp_on(&self, index: usize) -> Stamp {
+        self.workers[index].clock.0.load(Ordering::Relaxed)
     }
 
-    /// Next stamp of the service order.
+    /// Next stamp of worker `index`'s service order, for a push to its
+    /// local queue or its inbox.
     #[inline]
-    pub(crate) fn stamp(&self) -> Stamp {
+    pub(crate) fn stamp_on(&self, index: usize) -> Stamp {
+        self.workers[index].clock.0.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Moves worker `index`'s clock to at least `stamp`: what it pushes
+    /// from now on goes behind an entry stamped `stamp` on another clock
+    /// that it has seen (the global queue's head, a stolen batch).
+    #[inline]
+    pub(crate) fn catch_up(&self, index: usize, stamp: Stamp) {
+        let clock = &self.workers[index].clock.0;
+        if clock.load(Ordering::Relaxed) < stamp {
+            clock.fetch_max(stamp, Ordering::Relaxed);
+        }
+    }
+
+    /// Moves the global queue's clock to at least worker `index`'s: a
+    /// spawn from outside pushed from now on goes behind what that worker
+    /// has queued (called when the worker takes from the global queue, so
+    /// a stream of such spawns cannot keep looking older than its queue).
+    pub(crate) fn global_catch_up(&self, index: usize) {
+        let own = self.current_stamp_on(index);
+        if self.clock.0.load(Ordering::Relaxed) < own {
+            self.clock.0.fetch_max(own, Ordering::Relaxed);
+        }
+    }
+
+    /// Next stamp of the global queue.
+    #[inline]
+    fn global_stamp(&self) -> Stamp {
         self.clock.0.fetch_add(1, Ordering::Relaxed)
     }
 
@@ -356,7 +396,7 @@ impl Scheduler {
     /// queue (waking a sleeping worker for it).
     pub(crate) fn submit_new(&self, fiber: FiberRef) {
         if let Err(fiber) = worker::push_new_here(self, fiber) {
-            self.global.push(fiber, || self.stamp());
+            self.global.push(fiber, || self.global_stamp());
             fence(Ordering::SeqCst);
             self.wake_one_sleeper();
         }
@@ -385,7 +425,7 @@ impl Scheduler {
         let Err(fiber) = w.mailbox.0.offer(fiber) else {
             return;
         };
-        w.inbox.push(fiber, || self.stamp());
+        w.inbox.push(fiber, || self.stamp_on(owner));
         fence(Ordering::SeqCst);
         self.wake_worker(owner);
     }

@@ -1,4 +1,4 @@
-//! Run queues: FIFOs of runnable fibers, each entry stamped from one clock.
+//! Run queues: FIFOs of runnable fibers, each entry stamped from a clock.
 //!
 //! * [`LocalQueue`] — a worker's private FIFO: fibers it requeues itself
 //!   (yields, wakes made on this worker). No lock, no atomics but a
@@ -9,8 +9,10 @@
 //!   threads), and the scheduler has one *global* queue (spawns from outside
 //!   the runtime).
 //!
-//! Every push takes a fresh [`Stamp`] from the scheduler's clock, so the
-//! three heads a worker looks at are comparable: it always runs the oldest.
+//! Every push takes a fresh [`Stamp`] from a clock of the scheduler's (the
+//! worker's own for its local queue and inbox, one for the global queue,
+//! kept in step: `sched`'s docs), so the three heads a worker looks at are
+//! comparable: it always runs the oldest.
 
 use std::cell::UnsafeCell;
 use std::collections::VecDeque;

@@ -191,7 +191,7 @@ pub(crate) fn push_if_owner(
         Some(w) if w.index == owner && std::ptr::eq(Arc::as_ptr(&w.sched), sched) => {
             match placement {
                 Placement::Next => {
-                    let stamp = w.sched.stamp();
+                    let stamp = w.stamp();
                     w.with_local(|local| local.push(Entry::new(stamp, fiber)));
                 }
                 Placement::At(stamp) => {
@@ -226,8 +226,7 @@ pub(crate) fn arm_timer(deadline: Instant, target: TimerTarget) {
         w.state.with(|s| {
             if s.timers.is_empty() {
                 // The loop samples the clock only while timers are armed.
-                w.timer_sample
-                    .set((w.sched.time.now(), w.sched.current_stamp()));
+                w.timer_sample.set((w.sched.time.now(), w.current_stamp()));
             }
             s.timers.arm(deadline, target);
             w.publish_timer_entries(s.timers.len());
@@ -327,12 +326,12 @@ pub(crate) fn push_new_here(sched: &Scheduler, fiber: FiberRef) -> Result<(), Fi
                     if local.stealable() >= backlog_cap {
                         return Some(fiber);
                     }
-                    local.push(Entry::new(sched.stamp(), fiber));
+                    local.push(Entry::new(w.stamp(), fiber));
                     None
                 })
             };
             if let Some(fiber) = for_inbox {
-                shared.inbox.push(fiber, || sched.stamp());
+                shared.inbox.push(fiber, || w.stamp());
                 sched.wake_one_sleeper();
             }
             w.count_spawned();

@@ -109,7 +109,7 @@ impl Worker {
     /// Queues a fiber a waker handed over through the mailbox, as a wake
     /// made here would be: a fresh stamp, at the back of the local queue.
     fn queue_handed_over(&self, fiber: crate::fiber::FiberRef) {
-        let stamp = self.sched.stamp();
+        let stamp = self.stamp();
         self.with_local(|local| local.push(crate::sched::queue::Entry::new(stamp, fiber)));
     }
 

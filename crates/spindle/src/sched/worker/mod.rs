@@ -372,6 +372,19 @@ impl Worker {
         &self.sched.workers[self.index]
     }
 
+    /// Next stamp of this worker's service order (its own clock: no line
+    /// shared with the other workers is written).
+    #[inline]
+    fn stamp(&self) -> super::queue::Stamp {
+        self.sched.stamp_on(self.index)
+    }
+
+    /// The stamp this worker's next push would get.
+    #[inline]
+    fn current_stamp(&self) -> super::queue::Stamp {
+        self.sched.current_stamp_on(self.index)
+    }
+
     /// Publishes the size of the timer heap for `Stats`.
     fn publish_timer_entries(&self, entries: usize) {
         self.shared()

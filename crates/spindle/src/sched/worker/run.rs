@@ -51,6 +51,11 @@ impl Worker {
             let inbox = &self.shared().inbox;
             let inbox_head = inbox.head_stamp();
             let global_head = self.sched.global.head_stamp();
+            if global_head != NO_STAMP {
+                // The global queue is stamped on a clock of its own: what
+                // this worker queues from now on goes behind its head.
+                self.sched.catch_up(self.index, global_head + 1);
+            }
             if local_head <= inbox_head && local_head <= global_head {
                 return local.pop();
             }
@@ -65,6 +70,7 @@ impl Worker {
                         fair_share.min(BATCH),
                         batch,
                     );
+                    self.sched.global_catch_up(self.index);
                 }
                 local.prepend(batch);
             });
@@ -175,7 +181,7 @@ impl Worker {
     /// Queues a fiber that switched back runnable: it yielded, or it was
     /// woken between its park and the loop's `finish_park`.
     fn requeue(&self, fiber: FiberRef, yielded: bool) {
-        let stamp = self.sched.stamp();
+        let stamp = self.stamp();
         let len = self.with_local(|local| {
             local.push(Entry {
                 stamp,
@@ -258,7 +264,7 @@ impl Worker {
         match self.state.with(|s| s.timers.next_deadline()) {
             None => return 0,
             Some(earliest) if earliest > now => {
-                self.timer_sample.set((now, self.sched.current_stamp()));
+                self.timer_sample.set((now, self.current_stamp()));
                 return 0;
             }
             Some(_) => {}
@@ -284,7 +290,7 @@ impl Worker {
             self.publish_timer_entries(s.timers.len());
             ended
         });
-        self.timer_sample.set((now, self.sched.current_stamp()));
+        self.timer_sample.set((now, self.current_stamp()));
         let fired = ended + wakers.len();
         for w in wakers {
             crate::loud::wake_caught(w, "a timer fired");
@@ -314,7 +320,7 @@ impl Worker {
                 // Nothing due. The sample's time is the bound: a timer it
                 // is taken before is one whose deadline is past the bound
                 // (`fire_timers`), which holds for every entry armed now.
-                self.timer_sample.set((ahead, self.sched.current_stamp()));
+                self.timer_sample.set((ahead, self.current_stamp()));
                 return 0;
             }
         }

@@ -41,6 +41,7 @@ impl Worker {
                     self.shared()
                         .steals
                         .fetch_add(taken.len() as u64, Ordering::Relaxed);
+                    self.adopt(&taken);
                     self.with_local(|local| merge_into(local, &mut taken));
                     return true;
                 }
@@ -58,6 +59,7 @@ impl Worker {
                     .fetch_add(batch.len() as u64, Ordering::Relaxed);
                 // Stolen entries may be older or newer than ours: merge by
                 // stamp so the local queue stays in order.
+                self.adopt(batch);
                 self.with_local(|local| merge_into(local, batch));
                 true
             });
@@ -66,6 +68,15 @@ impl Worker {
             }
         }
         false
+    }
+
+    /// Moves this worker's clock past a batch stolen from another worker's
+    /// queues (stamped on that worker's clock): what it pushes from now on
+    /// goes behind them, as it would have on their own worker.
+    fn adopt(&self, batch: &[Entry]) {
+        if let Some(newest) = batch.last() {
+            self.sched.catch_up(self.index, newest.stamp + 1);
+        }
     }
 
     /// Whether another worker has unstarted fibers this one could take.
