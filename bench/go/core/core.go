@@ -1,4 +1,4 @@
-// Fiber-core benchmarks for Go: core <yield|yield-lone|spawn|spawn-value|spawn-batch|rss> N (run with GOMAXPROCS=1).
+// Fiber-core benchmarks for Go: core <yield|yield2|yield-lone|spawn|spawn-value|spawn-batch|rss> N (run with GOMAXPROCS=1).
 package main
 
 import (
@@ -23,42 +23,37 @@ func rssKiB() float64 {
 	return 0
 }
 
+// gosched runs k goroutines that each call runtime.Gosched per times, and
+// returns how long until all are done.
+func gosched(k, per int) time.Duration {
+	var wg sync.WaitGroup
+	wg.Add(k)
+	start := time.Now()
+	for g := 0; g < k; g++ {
+		go func() {
+			for i := 0; i < per; i++ {
+				runtime.Gosched()
+			}
+			wg.Done()
+		}()
+	}
+	wg.Wait()
+	return time.Since(start)
+}
+
 func main() {
 	bench := os.Args[1]
 	n, _ := strconv.Atoi(os.Args[2])
 	switch bench {
 	case "yield":
+		// Two goroutines yielding on one P: ns per yield.
 		per := n / 2
-		var wg sync.WaitGroup
-		wg.Add(2)
-		start := time.Now()
-		for k := 0; k < 2; k++ {
-			go func() {
-				for i := 0; i < per; i++ {
-					runtime.Gosched()
-				}
-				wg.Done()
-			}()
-		}
-		wg.Wait()
-		fmt.Printf("RESULT %.3f ns\n", float64(time.Since(start).Nanoseconds())/float64(2*per))
+		fmt.Printf("RESULT %.3f ns\n", float64(gosched(2, per).Nanoseconds())/float64(2*per))
 	case "yield2":
 		// Four goroutines yielding on GOMAXPROCS=2 (Spindle's row pins two
-		// to each of its two workers); per yield of one P.
+		// to each of its two workers): ns per yield of one P.
 		per := n / 2
-		var wg sync.WaitGroup
-		wg.Add(4)
-		start := time.Now()
-		for k := 0; k < 4; k++ {
-			go func() {
-				for i := 0; i < per; i++ {
-					runtime.Gosched()
-				}
-				wg.Done()
-			}()
-		}
-		wg.Wait()
-		fmt.Printf("RESULT %.3f ns\n", float64(time.Since(start).Nanoseconds())/float64(2*per))
+		fmt.Printf("RESULT %.3f ns\n", float64(gosched(4, per).Nanoseconds())/float64(2*per))
 	case "spawn":
 		done := make(chan struct{})
 		for i := 0; i < 1000; i++ {
