@@ -19,9 +19,10 @@
 //! clocks are kept in step where entries cross between them
 //! ([`Scheduler::catch_up`], [`Scheduler::global_catch_up`]). A worker
 //! looks at the heads of its local queue, its inbox and the global queue
-//! and runs the oldest, so no fiber runs while an older runnable one waits on that
-//! worker: not a spawn ahead of a woken fiber, not a yielder ahead of
-//! anything that became runnable since it yielded (`yield_now` re-stamps).
+//! and runs the oldest, so no fiber runs while an older runnable one waits
+//! on that worker: not a spawn ahead of a woken fiber, not a yielder ahead
+//! of anything that became runnable since it yielded (`yield_now`
+//! re-stamps).
 //! Entries taken from a shared queue are moved, in a batch that is still
 //! older than the other heads, to the front of the local queue, which keeps
 //! lock traffic to one acquisition per batch.
@@ -52,8 +53,8 @@
 //! mailbox for up to 30 µs. A sleep/wake pair costs tens of µs of wake-up
 //! latency on a VM; measured, it took a cross-worker channel round trip
 //! from 205 µs to ~3 µs, and looking at the queue heads after every pause
-//! instead of every 64 to under 0.5 µs. Idle workers sleep long, stop spinning, and
-//! burn nothing.
+//! instead of every 64 to under 0.5 µs. Idle workers sleep long, stop
+//! spinning, and burn nothing.
 //!
 //! # Spreading spawned fibers
 //!
