@@ -428,12 +428,15 @@ impl SharedQueue {
         self.publish(&q);
     }
 
-    /// Moves up to `max` entries older than `bound` into `out`, in order.
-    pub(crate) fn take_older(&self, bound: Stamp, max: usize, out: &mut Vec<Entry>) {
+    /// Moves up to `max` entries no newer than `bound` into `out`, in
+    /// order. Inclusive: stamps from two clocks can be equal (a worker's
+    /// and the global queue's), and a queue whose head ties with the
+    /// other heads must still give that head up.
+    pub(crate) fn take_not_newer(&self, bound: Stamp, max: usize, out: &mut Vec<Entry>) {
         let mut q = self.lock();
         while out.len() < max {
             match q.front() {
-                Some(e) if e.stamp < bound => {
+                Some(e) if e.stamp <= bound => {
                     let e = q.pop_front().expect("front exists");
                     if e.stealable() {
                         self.stealable.fetch_sub(1, Ordering::Relaxed);

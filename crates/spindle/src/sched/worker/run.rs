@@ -62,10 +62,10 @@ impl Worker {
             self.state.with(|s| {
                 let batch = &mut s.batch;
                 if inbox_head <= global_head {
-                    inbox.take_older(local_head.min(global_head), BATCH, batch);
+                    inbox.take_not_newer(local_head.min(global_head), BATCH, batch);
                 } else {
                     let fair_share = self.sched.global.len() / self.sched.workers.len() + 1;
-                    self.sched.global.take_older(
+                    self.sched.global.take_not_newer(
                         local_head.min(inbox_head),
                         fair_share.min(BATCH),
                         batch,
